@@ -1,1 +1,14 @@
+pub mod app;
+pub mod cli;
+pub mod consul;
 pub mod devserver;
+pub mod duration;
+pub mod error;
+pub mod guardian;
+pub mod holder;
+pub mod lock;
+pub mod ops;
+pub mod semaphore;
+pub mod session;
+pub mod supervise;
+pub mod ui;

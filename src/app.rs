@@ -1,0 +1,223 @@
+//! Turns parsed arguments into a run: validation first (no request is made for bad
+//! input), then the Consul client, then the command.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, RunArgs};
+use crate::consul::{Client, ConnConfig, ConnFlags};
+use crate::error::{Error, Result};
+use crate::holder::{self, HoldSpec, MonitorPolicy};
+use crate::lock::Lock;
+use crate::session::SessionSpec;
+use crate::supervise::{self, StopPolicy};
+use crate::ui;
+
+pub const TTL_MIN: Duration = Duration::from_secs(10);
+pub const TTL_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Consul's limit on a KV value.
+pub const MAX_VALUE_BYTES: usize = 512 * 1024;
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    ui::set_level(if cli.output.quiet {
+        ui::Level::Quiet
+    } else if cli.output.verbose {
+        ui::Level::Verbose
+    } else {
+        ui::Level::Normal
+    });
+    match cli.command {
+        Command::Run(args) => run_lock(&cli.conn, args),
+        Command::Sem(args) => crate::semaphore::run(&cli.conn, args),
+        Command::Status(args) => crate::ops::status::run(&cli.conn, args),
+        Command::Watch(args) => crate::ops::watch::run(&cli.conn, args),
+        Command::Break(args) => crate::ops::brk::run(&cli.conn, args),
+        Command::DevServer(a) => {
+            crate::devserver::run_foreground(crate::devserver::Options {
+                addr: a.addr,
+                session_ttl_min: a.session_ttl_min,
+                acl_token: a.acl_token,
+                node_name: a.node_name,
+            })?;
+            Ok(0)
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "conlock", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map_err(|e| Error::Other(e.into()))?;
+            Ok(0)
+        }
+    }
+}
+
+fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
+    let key = match (&args.key, &args.prefix) {
+        (Some(k), _) => normalize_key(k, "--key")?,
+        (None, Some(p)) => format!("{}/.lock", normalize_key(p, "--prefix")?),
+        (None, None) => return Err(Error::Usage("give --key or --prefix".into())),
+    };
+    let behavior = match args.behavior {
+        Behavior::Release => "release",
+        Behavior::Delete => "delete",
+    };
+    let prepared = prepare(conn, &args.hold, behavior)?;
+    let value = prepared.value.clone();
+    let lock = Lock { key, value };
+    holder::hold(&prepared.client, prepared.spec, Arc::new(lock))
+}
+
+/// The validated parts of `run` and `sem` that do not depend on the claim.
+pub struct Prepared {
+    pub client: Client,
+    pub spec: HoldSpec,
+    pub value: Vec<u8>,
+}
+
+/// Validates the shared options and builds the client; makes no request.
+pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Result<Prepared> {
+    if hold.ttl < TTL_MIN || hold.ttl > TTL_MAX {
+        return Err(Error::Usage(format!(
+            "--ttl {} is out of range: Consul accepts 10s to 24h",
+            crate::duration::format(hold.ttl)
+        )));
+    }
+    let kill_signal = supervise::parse_signal(&hold.kill_signal)
+        .map_err(|e| Error::Usage(format!("--kill-signal: {e}")))?;
+    let program = supervise::resolve(&hold.command, hold.shell)?;
+    let host = hostname();
+    let value = match (&hold.value, &hold.value_file) {
+        (Some(v), _) => v.clone().into_bytes(),
+        (None, Some(path)) => std::fs::read(path).map_err(|e| {
+            Error::Usage(format!("cannot read --value-file {}: {e}", path.display()))
+        })?,
+        (None, None) => serde_json::to_vec(&serde_json::json!({
+            "host": host,
+            "pid": std::process::id(),
+            "command": program.display,
+            "started": ui::timestamp(std::time::SystemTime::now()),
+        }))
+        .expect("json value"),
+    };
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Error::Usage(format!(
+            "the value is {} bytes; Consul's limit is {MAX_VALUE_BYTES} bytes (512 KiB)",
+            value.len()
+        )));
+    }
+    if hold.kill_grace >= hold.lock_delay {
+        ui::warn(format_args!(
+            "--kill-grace {} is not shorter than --lock-delay {}: if the session expires, a new holder may start before this command is killed",
+            crate::duration::format(hold.kill_grace),
+            crate::duration::format(hold.lock_delay)
+        ));
+    }
+    let checks = if hold.no_checks {
+        Some(Vec::new())
+    } else if hold.checks.is_empty() {
+        None
+    } else {
+        Some(hold.checks.clone())
+    };
+    let session = SessionSpec {
+        name: hold
+            .session_name
+            .clone()
+            .unwrap_or_else(|| format!("conlock: {} on {host}", truncate(&program.display, 200))),
+        ttl: hold.ttl,
+        lock_delay: hold.lock_delay,
+        behavior,
+        checks,
+    };
+    let client = client(conn)?;
+    Ok(Prepared {
+        client,
+        value,
+        spec: HoldSpec {
+            program,
+            session,
+            timeout: hold.timeout,
+            busy_exit_code: i32::from(hold.busy_exit_code),
+            stop: StopPolicy {
+                kill_signal,
+                grace: hold.kill_grace,
+            },
+            monitor: MonitorPolicy {
+                retries: hold.monitor_retry,
+                retry_time: hold.monitor_retry_time,
+            },
+        },
+    })
+}
+
+pub fn client(conn: &ConnArgs) -> Result<Client> {
+    let flags = ConnFlags {
+        http_addr: conn.http_addr.clone(),
+        token: conn.token.clone(),
+        token_file: conn.token_file.clone(),
+        ca_file: conn.ca_file.clone(),
+        ca_path: conn.ca_path.clone(),
+        client_cert: conn.client_cert.clone(),
+        client_key: conn.client_key.clone(),
+        datacenter: conn.datacenter.clone(),
+        namespace: conn.namespace.clone(),
+    };
+    let cfg = ConnConfig::from_env(&flags)?;
+    Ok(Client::new(cfg)?)
+}
+
+/// Strips leading slashes as `consul lock` does; rejects keys that name nothing.
+pub fn normalize_key(raw: &str, flag: &str) -> Result<String> {
+    let k = raw.trim_start_matches('/');
+    let k = if flag == "--prefix" {
+        k.trim_end_matches('/')
+    } else {
+        k
+    };
+    if k.is_empty() {
+        return Err(Error::Usage(format!("{flag} must not be empty")));
+    }
+    if k.chars().any(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "{flag} {raw:?} contains control characters"
+        )));
+    }
+    Ok(k.to_string())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_normalized() {
+        assert_eq!(normalize_key("/a/b", "--key").unwrap(), "a/b");
+        assert_eq!(normalize_key("//p/", "--prefix").unwrap(), "p");
+        assert!(normalize_key("", "--key").is_err());
+        assert!(normalize_key("///", "--prefix").is_err());
+        assert_eq!(
+            normalize_key("with space/ü", "--key").unwrap(),
+            "with space/ü"
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! Command-line definitions (clap only; no behaviour here).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  N        the command's own exit code
+  128+N    the command died of signal N
+  75       busy: not acquired within --timeout (see --busy-exit-code)
+  124      the lock or slot was lost while the command ran
+  125      conlock's own error: usage, Consul unreachable, ACL denied, key conflict
+  126      the command is not executable
+  127      the command was not found";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  conlock run --key service/x/leader -- ./job
+  conlock run --prefix backup --timeout 0s -- ./backup.sh     # skip if busy (exit 75)
+  conlock run --key k --shell -- 'pg_dump db | gzip > /backup/db.gz'";
+
+const SEM_EXAMPLES: &str = "\
+Examples:
+  conlock sem --limit 2 --prefix db -- ./worker
+  conlock sem --limit 4 --prefix batch --timeout 10m -- ./import.sh";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "conlock",
+    version,
+    about = "Run a command while holding a Consul lock or semaphore slot",
+    long_about = "Run a command while holding a Consul lock (leader election) or one of N semaphore \
+slots. Wire-compatible with `consul lock`: both exclude each other on the same prefix.",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock (one holder at a time)
+    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}"))]
+    Run(RunArgs),
+    /// Run a command while holding one of N semaphore slots
+    #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}"))]
+    Sem(SemArgs),
+    /// Show who holds a lock or semaphore (exit 0 held, 1 free)
+    #[command(after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --json | jq .holders")]
+    Status(StatusArgs),
+    /// Print a line (or run a handler) each time the holder changes
+    #[command(after_help = "Examples:\n  conlock watch --prefix service/x\n  conlock watch --key k -- sh -c 'echo \"$CONLOCK_EVENT by $CONLOCK_HOLDER_SESSION\"'")]
+    Watch(WatchArgs),
+    /// Force-release a stuck lock or semaphore slot by destroying the holder's session
+    #[command(after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes")]
+    Break(BreakArgs),
+    /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)
+    DevServer(DevServerArgs),
+    /// Print a shell completion script
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff)
+    Man,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Consul connection")]
+pub struct ConnArgs {
+    /// Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub http_addr: Option<String>,
+    /// ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate file for HTTPS [env: CONSUL_CACERT]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub ca_path: Option<PathBuf>,
+    /// Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub client_cert: Option<PathBuf>,
+    /// Client key for HTTPS [env: CONSUL_CLIENT_KEY]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub client_key: Option<PathBuf>,
+    /// Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]
+    #[arg(long, global = true, value_name = "DC")]
+    pub datacenter: Option<String>,
+    /// Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]
+    #[arg(long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Args)]
+#[command(next_help_heading = "Output")]
+pub struct OutputArgs {
+    /// Timestamped progress lines on stderr
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
+    /// Only errors on stderr
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Behavior {
+    Release,
+    Delete,
+}
+
+/// Options shared by `run` and `sem`: the session, the wait, and the child.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Session, wait and command")]
+pub struct HoldArgs {
+    /// Session name [default: "conlock: <cmd> on <host>"]
+    #[arg(long, value_name = "NAME")]
+    pub session_name: Option<String>,
+    /// Session TTL, 10s to 24h; renewed every TTL/2
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Lock-delay Consul enforces after the session is invalidated
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lock_delay: Duration,
+    /// Health check to tie the session to (repeatable) [default: serfHealth]
+    #[arg(long = "check", value_name = "ID", conflicts_with = "no_checks")]
+    pub checks: Vec<String>,
+    /// Tie the session to its TTL only, no health checks
+    #[arg(long)]
+    pub no_checks: bool,
+    /// Give up waiting after this long (0s: try once) and exit 75
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Exit code when not acquired within --timeout
+    #[arg(long, value_name = "N", default_value_t = 75, value_parser = clap::value_parser!(u8).range(1..))]
+    pub busy_exit_code: u8,
+    /// Value stored in the key [default: JSON with host, pid, command, started]
+    #[arg(long, value_name = "STR", conflicts_with = "value_file")]
+    pub value: Option<String>,
+    /// Read the stored value from a file
+    #[arg(long, value_name = "PATH")]
+    pub value_file: Option<PathBuf>,
+    /// Run one string through $SHELL -c (falls back to /bin/sh)
+    #[arg(long)]
+    pub shell: bool,
+    /// Signal sent to the command's process group when the lock is lost
+    #[arg(long, value_name = "SIGNAL", default_value = "TERM")]
+    pub kill_signal: String,
+    /// Time between that signal and SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+    /// Failed reads of the key in a row before the lock counts as lost
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub monitor_retry: u32,
+    /// Pause between those reads
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub monitor_retry_time: Duration,
+    /// The command and its arguments
+    #[arg(last = true, value_name = "CMD", required = true, num_args = 1..)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["key", "prefix"]))]
+pub struct RunArgs {
+    /// The lock key
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Use the key PREFIX/.lock, as `consul lock PREFIX` does
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Session behavior when it is invalidated
+    #[arg(long, value_enum, default_value = "release")]
+    pub behavior: Behavior,
+    #[command(flatten)]
+    pub hold: HoldArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SemArgs {
+    /// Number of slots (1 to 1024)
+    #[arg(long, short = 'n', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub limit: u32,
+    /// The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: String,
+    #[command(flatten)]
+    pub hold: HoldArgs,
+}
+
+/// A lock key or a prefix (lock `P/.lock`, or a semaphore under `P`).
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["key", "prefix"]))]
+pub struct TargetArgs {
+    /// A lock key
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// A lock (PREFIX/.lock) or a semaphore under PREFIX
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Machine-readable output (schema in docs/guide.md)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// One JSON object per line
+    #[arg(long)]
+    pub json: bool,
+    /// Command run on each change, with CONLOCK_* variables describing it
+    #[arg(last = true, value_name = "HANDLER")]
+    pub handler: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BreakArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Only this semaphore holder's session
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Do not ask for confirmation (required on a non-terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DevServerArgs {
+    /// Address to listen on (port 0 picks a free port)
+    #[arg(long, default_value = "127.0.0.1:8500")]
+    pub addr: std::net::SocketAddr,
+    /// Lowest session TTL accepted, like Consul's session_ttl_min
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub session_ttl_min: Duration,
+    /// Require this ACL token on every request
+    #[arg(long, value_name = "TOKEN")]
+    pub acl_token: Option<String>,
+    /// Node name the server reports
+    #[arg(long, default_value = "conlock-dev")]
+    pub node_name: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse(s).map_err(|e| e.trim_start_matches("time: ").to_string())
+}

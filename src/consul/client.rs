@@ -1,0 +1,681 @@
+//! Blocking HTTP client for the parts of Consul's API that conlock uses.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use super::config::{ConnConfig, FileSetting};
+use super::types::{AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest};
+
+/// Bodies larger than this are refused as answers (a full prefix listing stays far below).
+const MAX_ANSWER_BYTES: u64 = 64 << 20;
+/// Cap on how much of an error body is shown.
+const MAX_ERROR_TEXT: usize = 300;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsulError {
+    #[error("cannot reach Consul at {addr} (address from {origin}): {detail}")]
+    Unreachable {
+        addr: String,
+        origin: String,
+        detail: String,
+    },
+    #[error("Consul denied {what} (403 {body}); check the ACL token from {token_origin}")]
+    AclDenied {
+        what: String,
+        body: String,
+        token_origin: String,
+    },
+    #[error("Consul rejected {what} ({status}): {body}")]
+    Rejected {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    #[error("Consul failed {what} ({status}): {body}")]
+    Server {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    #[error("no answer from Consul at {addr} to {what} within {secs:.1}s")]
+    Timeout {
+        what: String,
+        addr: String,
+        secs: f64,
+    },
+    #[error("unexpected answer from Consul at {addr} to {what}: {detail}")]
+    BadAnswer {
+        what: String,
+        addr: String,
+        detail: String,
+    },
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
+
+impl ConsulError {
+    /// True for failures that may pass: the network, timeouts and 5xx answers.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ConsulError::Unreachable { .. }
+                | ConsulError::Server { .. }
+                | ConsulError::Timeout { .. }
+        )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ConsulError>;
+
+/// Options of a read: blocking (index + wait) or plain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueryOptions {
+    pub index: u64,
+    pub wait: Option<Duration>,
+}
+
+impl QueryOptions {
+    pub fn blocking(index: u64, wait: Duration) -> Self {
+        QueryOptions {
+            index,
+            wait: Some(wait),
+        }
+    }
+}
+
+/// Consul's documented index rules for a follow-up blocking query: reset to 0 when the
+/// index went backwards, otherwise never below 1.
+pub fn next_index(previous: u64, returned: u64) -> u64 {
+    if returned < previous {
+        0
+    } else {
+        returned.max(1)
+    }
+}
+
+/// Options of a KV write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PutOptions<'a> {
+    pub flags: u64,
+    pub cas: Option<u64>,
+    pub acquire: Option<&'a str>,
+    pub release: Option<&'a str>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    cfg: Arc<ConnConfig>,
+    /// Timeout of a non-blocking call.
+    pub request_timeout: Duration,
+}
+
+struct Answer {
+    status: u16,
+    index: Option<u64>,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Client {
+    pub fn new(cfg: ConnConfig) -> Result<Client> {
+        let tls = build_tls(&cfg)?;
+        let mut builder = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .user_agent(concat!("conlock/", env!("CARGO_PKG_VERSION")))
+            .max_idle_connections_per_host(8);
+        if cfg.is_loopback() {
+            builder = builder.proxy(None);
+        }
+        Ok(Client {
+            agent: builder.build().into(),
+            cfg: Arc::new(cfg),
+            request_timeout: Duration::from_secs(10),
+        })
+    }
+
+    pub fn config(&self) -> &ConnConfig {
+        &self.cfg
+    }
+
+    pub fn agent_self(&self) -> Result<AgentSelf> {
+        let a = self.call(
+            "GET",
+            "/v1/agent/self",
+            &[],
+            None,
+            self.request_timeout,
+            "agent self",
+        )?;
+        self.decode(&a, "agent self")
+    }
+
+    pub fn session_create(&self, req: &SessionRequest) -> Result<String> {
+        let body = serde_json::to_vec(req).expect("session request serializes");
+        let what = "session create";
+        let a = self.call(
+            "PUT",
+            "/v1/session/create",
+            &[],
+            Some(&body),
+            self.request_timeout,
+            what,
+        )?;
+        let created: SessionCreated = self.decode(&a, what)?;
+        Ok(created.id)
+    }
+
+    /// Renews a session; `Ok(None)` means Consul no longer knows it.
+    pub fn session_renew(&self, id: &str, timeout: Duration) -> Result<Option<SessionEntry>> {
+        let path = format!("/v1/session/renew/{}", encode_segment(id));
+        let what = "session renew";
+        match self.call("PUT", &path, &[], None, timeout, what) {
+            Ok(a) => {
+                let list: Vec<SessionEntry> = self.decode(&a, what)?;
+                Ok(list.into_iter().next())
+            }
+            Err(ConsulError::Rejected { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn session_destroy(&self, id: &str) -> Result<bool> {
+        let path = format!("/v1/session/destroy/{}", encode_segment(id));
+        let a = self.call(
+            "PUT",
+            &path,
+            &[],
+            None,
+            self.request_timeout,
+            "session destroy",
+        )?;
+        self.decode(&a, "session destroy")
+    }
+
+    pub fn session_info(
+        &self,
+        id: &str,
+        q: QueryOptions,
+    ) -> Result<(Option<SessionEntry>, QueryMeta)> {
+        let path = format!("/v1/session/info/{}", encode_segment(id));
+        let (list, meta): (Vec<SessionEntry>, _) = self.read(&path, &[], q, "session info")?;
+        Ok((list.into_iter().next(), meta))
+    }
+
+    pub fn session_list(&self, q: QueryOptions) -> Result<(Vec<SessionEntry>, QueryMeta)> {
+        self.read("/v1/session/list", &[], q, "session list")
+    }
+
+    /// One key; `None` when it does not exist.
+    pub fn kv_get(&self, key: &str, q: QueryOptions) -> Result<(Option<KvPair>, QueryMeta)> {
+        let path = kv_path(key);
+        let what = format!("read of key {key:?}");
+        let (a, meta) = self.read_raw(&path, &[], q, &what)?;
+        if a.status == 404 {
+            return Ok((None, meta));
+        }
+        let list: Vec<KvPair> = self.decode(&a, &what)?;
+        Ok((list.into_iter().find(|p| p.key == key), meta))
+    }
+
+    /// Every key under a prefix (empty when there is none).
+    pub fn kv_list(&self, prefix: &str, q: QueryOptions) -> Result<(Vec<KvPair>, QueryMeta)> {
+        let what = format!("listing of prefix {prefix:?}");
+        let (a, meta) = self.read_raw(&kv_path(prefix), &[("recurse", "")], q, &what)?;
+        if a.status == 404 {
+            return Ok((Vec::new(), meta));
+        }
+        Ok((self.decode(&a, &what)?, meta))
+    }
+
+    pub fn kv_keys(
+        &self,
+        prefix: &str,
+        separator: Option<&str>,
+        q: QueryOptions,
+    ) -> Result<(Vec<String>, QueryMeta)> {
+        let what = format!("key listing of prefix {prefix:?}");
+        let mut params = vec![("keys", "")];
+        if let Some(sep) = separator {
+            params.push(("separator", sep));
+        }
+        let (a, meta) = self.read_raw(&kv_path(prefix), &params, q, &what)?;
+        if a.status == 404 {
+            return Ok((Vec::new(), meta));
+        }
+        Ok((self.decode(&a, &what)?, meta))
+    }
+
+    /// A KV write; the answer is Consul's `true`/`false`.
+    pub fn kv_put(&self, key: &str, value: &[u8], opts: PutOptions<'_>) -> Result<bool> {
+        let flags = opts.flags.to_string();
+        let cas = opts.cas.map(|c| c.to_string());
+        let mut params: Vec<(&str, &str)> = Vec::new();
+        if opts.flags != 0 {
+            params.push(("flags", &flags));
+        }
+        if let Some(c) = &cas {
+            params.push(("cas", c));
+        }
+        if let Some(s) = opts.acquire {
+            params.push(("acquire", s));
+        }
+        if let Some(s) = opts.release {
+            params.push(("release", s));
+        }
+        let what = format!("write of key {key:?}");
+        let a = self.call(
+            "PUT",
+            &kv_path(key),
+            &params,
+            Some(value),
+            self.request_timeout,
+            &what,
+        )?;
+        self.decode(&a, &what)
+    }
+
+    pub fn kv_delete(&self, key: &str, cas: Option<u64>, recurse: bool) -> Result<bool> {
+        let cas = cas.map(|c| c.to_string());
+        let mut params: Vec<(&str, &str)> = Vec::new();
+        if let Some(c) = &cas {
+            params.push(("cas", c));
+        }
+        if recurse {
+            params.push(("recurse", ""));
+        }
+        let what = format!("delete of key {key:?}");
+        let a = self.call(
+            "DELETE",
+            &kv_path(key),
+            &params,
+            None,
+            self.request_timeout,
+            &what,
+        )?;
+        self.decode(&a, &what)
+    }
+
+    fn read<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+        q: QueryOptions,
+        what: &str,
+    ) -> Result<(T, QueryMeta)> {
+        let (a, meta) = self.read_raw(path, params, q, what)?;
+        Ok((self.decode(&a, what)?, meta))
+    }
+
+    /// A GET that may block; a 404 is returned as an answer, not an error.
+    fn read_raw(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+        q: QueryOptions,
+        what: &str,
+    ) -> Result<(Answer, QueryMeta)> {
+        let mut params = params.to_vec();
+        let index = q.index.to_string();
+        let wait;
+        let mut timeout = self.request_timeout;
+        // Index 0 never blocks: it would return at once anyway.
+        if let (Some(w), true) = (q.wait, q.index > 0) {
+            wait = format!("{}ms", w.as_millis().max(1));
+            params.push(("index", &index));
+            params.push(("wait", &wait));
+            // Consul adds up to wait/16 of jitter.
+            timeout = w + w / 16 + Duration::from_secs(5);
+        }
+        let answer = self.call("GET", path, &params, None, timeout, what)?;
+        let meta = QueryMeta {
+            index: answer.index.unwrap_or(0),
+        };
+        Ok((answer, meta))
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        params: &[(&str, &str)],
+        body: Option<&[u8]>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Answer> {
+        let url = self.url(path, params);
+        let answer = self.send(method, &url, body, timeout, what)?;
+        match answer.status {
+            200..=299 => Ok(answer),
+            404 if method == "GET" && path.starts_with("/v1/kv/") && answer.index.is_some() => {
+                Ok(answer)
+            }
+            403 => Err(ConsulError::AclDenied {
+                what: what.to_string(),
+                body: error_text(&answer.body),
+                token_origin: self.cfg.token_origin.clone(),
+            }),
+            status @ 500..=599 => Err(ConsulError::Server {
+                what: what.to_string(),
+                status,
+                body: error_text(&answer.body),
+            }),
+            status => Err(ConsulError::Rejected {
+                what: what.to_string(),
+                status,
+                body: error_text(&answer.body),
+            }),
+        }
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&[u8]>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Answer> {
+        let token = self.cfg.token.as_deref();
+        let result = match method {
+            "GET" => with_token(self.agent.get(url), token)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            "DELETE" => with_token(self.agent.delete(url), token)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            _ => {
+                let req = with_token(self.agent.put(url), token)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build();
+                match body {
+                    Some(b) => req.send(b),
+                    None => req.send_empty(),
+                }
+            }
+        };
+        let mut resp = result.map_err(|e| self.transport_error(e, what, timeout))?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let index = header("X-Consul-Index").and_then(|v| v.parse().ok());
+        let content_type = header("Content-Type").unwrap_or_default();
+        let mut body = Vec::new();
+        resp.body_mut()
+            .with_config()
+            .limit(MAX_ANSWER_BYTES)
+            .reader()
+            .read_to_end(&mut body)
+            .map_err(|e| self.transport_error(ureq::Error::Io(e), what, timeout))?;
+        Ok(Answer {
+            status,
+            index,
+            content_type,
+            body,
+        })
+    }
+
+    fn transport_error(&self, e: ureq::Error, what: &str, timeout: Duration) -> ConsulError {
+        let addr = self.cfg.addr.clone();
+        match e {
+            ureq::Error::Timeout(_) => ConsulError::Timeout {
+                what: what.to_string(),
+                addr,
+                secs: timeout.as_secs_f64(),
+            },
+            ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                ConsulError::Timeout {
+                    what: what.to_string(),
+                    addr,
+                    secs: timeout.as_secs_f64(),
+                }
+            }
+            other => {
+                let mut detail = other.to_string();
+                if detail.contains("certificate")
+                    || detail.contains("Tls")
+                    || detail.contains("tls")
+                {
+                    detail.push_str(" (check CONSUL_CACERT/--ca-file, or CONSUL_HTTP_SSL_VERIFY)");
+                }
+                ConsulError::Unreachable {
+                    addr,
+                    origin: self.cfg.addr_origin.clone(),
+                    detail,
+                }
+            }
+        }
+    }
+
+    fn decode<T: DeserializeOwned>(&self, a: &Answer, what: &str) -> Result<T> {
+        serde_json::from_slice(&a.body).map_err(|e| {
+            let shown = String::from_utf8_lossy(&a.body[..a.body.len().min(80)]).replace('\n', " ");
+            let kind = if a.content_type.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", a.content_type)
+            };
+            ConsulError::BadAnswer {
+                what: what.to_string(),
+                addr: self.cfg.addr.clone(),
+                detail: format!("invalid JSON{kind}: {e}; the answer began with {shown:?}; is this a Consul agent?"),
+            }
+        })
+    }
+
+    fn url(&self, path: &str, params: &[(&str, &str)]) -> String {
+        let mut url = format!("{}{}", self.cfg.base_url, path);
+        let mut sep = '?';
+        let extra = [
+            ("dc", self.cfg.datacenter.as_deref()),
+            ("ns", self.cfg.namespace.as_deref()),
+        ];
+        let all = params
+            .iter()
+            .map(|&(k, v)| (k, Some(v)))
+            .chain(extra.into_iter().filter(|(_, v)| v.is_some()));
+        for (k, v) in all {
+            url.push(sep);
+            sep = '&';
+            url.push_str(k);
+            match v {
+                Some(v) if !v.is_empty() => {
+                    url.push('=');
+                    url.push_str(&encode_query(v));
+                }
+                _ => {}
+            }
+        }
+        url
+    }
+}
+
+fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
+    match token {
+        Some(t) => req.header("X-Consul-Token", t),
+        None => req,
+    }
+}
+
+fn error_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line = text.trim().replace(['\n', '\r'], " ");
+    if one_line.is_empty() {
+        return "(empty answer)".into();
+    }
+    match one_line.char_indices().nth(MAX_ERROR_TEXT) {
+        Some((cut, _)) => format!("{}…", &one_line[..cut]),
+        None => one_line,
+    }
+}
+
+fn kv_path(key: &str) -> String {
+    let mut p = String::from("/v1/kv/");
+    for (i, seg) in key.split('/').enumerate() {
+        if i > 0 {
+            p.push('/');
+        }
+        p.push_str(&encode_segment(seg));
+    }
+    p
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+}
+
+/// Percent-encodes one path segment (UTF-8 bytes).
+pub fn encode_segment(s: &str) -> String {
+    encode(s, |b| {
+        is_unreserved(b)
+            || matches!(
+                b,
+                b':' | b'@' | b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b',' | b';' | b'='
+            )
+    })
+}
+
+fn encode_query(s: &str) -> String {
+    encode(s, is_unreserved)
+}
+
+fn encode(s: &str, keep: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn read_pem_file(f: &FileSetting) -> Result<Vec<u8>> {
+    std::fs::read(&f.path).map_err(|e| {
+        ConsulError::Tls(format!(
+            "cannot read {} (from {}): {e}",
+            f.path.display(),
+            f.origin
+        ))
+    })
+}
+
+fn certs_from_pem(bytes: &[u8], f: &FileSetting) -> Result<Vec<ureq::tls::Certificate<'static>>> {
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(bytes) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(ConsulError::Tls(format!(
+                    "invalid PEM in {} (from {}): {e}",
+                    f.path.display(),
+                    f.origin
+                )))
+            }
+        }
+    }
+    Ok(certs)
+}
+
+fn build_tls(cfg: &ConnConfig) -> Result<ureq::tls::TlsConfig> {
+    use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig};
+    let t = &cfg.tls;
+    let mut builder = TlsConfig::builder().disable_verification(!t.verify);
+    let mut roots = Vec::new();
+    if let Some(f) = &t.ca_file {
+        let certs = certs_from_pem(&read_pem_file(f)?, f)?;
+        if certs.is_empty() {
+            return Err(ConsulError::Tls(format!(
+                "no certificate in {} (from {})",
+                f.path.display(),
+                f.origin
+            )));
+        }
+        roots.extend(certs);
+    }
+    if let Some(dir) = &t.ca_path {
+        let entries = std::fs::read_dir(&dir.path).map_err(|e| {
+            ConsulError::Tls(format!(
+                "cannot read {} (from {}): {e}",
+                dir.path.display(),
+                dir.origin
+            ))
+        })?;
+        for entry in entries.flatten() {
+            let f = FileSetting {
+                path: entry.path(),
+                origin: dir.origin.clone(),
+            };
+            if f.path.is_file() {
+                roots.extend(certs_from_pem(&read_pem_file(&f)?, &f)?);
+            }
+        }
+    }
+    if !roots.is_empty() {
+        builder = builder.root_certs(RootCerts::new_with_certs(&roots));
+    }
+    match (&t.client_cert, &t.client_key) {
+        (Some(cf), Some(kf)) => {
+            let chain = certs_from_pem(&read_pem_file(cf)?, cf)?;
+            let key_pem = read_pem_file(kf)?;
+            let key = ureq::tls::parse_pem(&key_pem)
+                .filter_map(|i| match i {
+                    Ok(PemItem::PrivateKey(k)) => Some(k),
+                    _ => None,
+                })
+                .next()
+                .ok_or_else(|| {
+                    ConsulError::Tls(format!(
+                        "no private key in {} (from {})",
+                        kf.path.display(),
+                        kf.origin
+                    ))
+                })?;
+            builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        (Some(f), None) | (None, Some(f)) => {
+            return Err(ConsulError::Tls(format!(
+                "{} (from {}) needs its pair: set both CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY",
+                f.path.display(),
+                f.origin
+            )))
+        }
+        (None, None) => {}
+    }
+    Ok(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_rules() {
+        assert_eq!(next_index(10, 12), 12);
+        assert_eq!(next_index(10, 10), 10);
+        assert_eq!(next_index(10, 3), 0);
+        assert_eq!(next_index(0, 0), 1);
+    }
+
+    #[test]
+    fn keys_are_percent_encoded_per_segment() {
+        assert_eq!(kv_path("a/b c/é"), "/v1/kv/a/b%20c/%C3%A9");
+        assert_eq!(kv_path("x?y#z"), "/v1/kv/x%3Fy%23z");
+        assert_eq!(encode_query("a b&c"), "a%20b%26c");
+    }
+}

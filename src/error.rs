@@ -1,0 +1,42 @@
+//! Failures that end conlock, and the exit codes they map to.
+
+use crate::consul::{ConfigError, ConsulError};
+
+pub mod exit {
+    pub const BUSY: i32 = 75;
+    pub const LOST: i32 = 124;
+    pub const INTERNAL: i32 = 125;
+    pub const NOT_EXECUTABLE: i32 = 126;
+    pub const NOT_FOUND: i32 = 127;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Consul(#[from] ConsulError),
+    /// The key exists but is not a lock/semaphore of ours, or its limit differs.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    NotExecutable(String),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::NotFound(_) => exit::NOT_FOUND,
+            Error::NotExecutable(_) => exit::NOT_EXECUTABLE,
+            _ => exit::INTERNAL,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,342 @@
+//! What `run` and `sem` share: the session, the wait, the child, and the exit code.
+//! A `Claim` (a lock or a semaphore slot) plugs in how to acquire, watch and release.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::consul::{Client, ConsulError};
+use crate::error::{exit, Error, Result};
+use crate::guardian::{ClaimInfo, Guardian};
+use crate::session::{Session, SessionSpec};
+use crate::supervise::{self, Child, Event, Outcome, Program, StopPolicy};
+use crate::ui;
+
+/// Blocking-query wait while waiting or watching; Consul caps waits at 10 minutes.
+pub const WATCH_WAIT: Duration = Duration::from_secs(300);
+
+/// How a monitor decides that Consul is unreachable for good.
+#[derive(Debug, Clone, Copy)]
+pub struct MonitorPolicy {
+    /// Failed reads in a row tolerated before the claim counts as lost.
+    pub retries: u32,
+    pub retry_time: Duration,
+}
+
+/// Everything `run`/`sem` need besides the claim itself.
+pub struct HoldSpec {
+    pub program: Program,
+    pub session: SessionSpec,
+    pub timeout: Option<Duration>,
+    pub busy_exit_code: i32,
+    pub stop: StopPolicy,
+    pub monitor: MonitorPolicy,
+}
+
+/// What a claim learned when it was acquired.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub lock_index: u64,
+    /// The key's ModifyIndex right after the acquisition: the fencing token.
+    pub modify_index: u64,
+}
+
+/// A lock or a semaphore slot.
+pub trait Claim: Send + Sync + 'static {
+    /// For messages: `lock "k"` or `semaphore "p" (limit 2)`.
+    fn describe(&self) -> String;
+    /// Waits until held (`Some`) or until `deadline` (`None`: busy).
+    fn acquire(
+        &self,
+        client: &Client,
+        session: &Session,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>>;
+    /// Watches the claim until it is lost (sends `Event::Lost`) or `stop` is set.
+    fn monitor(
+        &self,
+        client: Client,
+        session_id: String,
+        held: Held,
+        policy: MonitorPolicy,
+        events: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    );
+    /// Gives the claim back and removes what is no longer needed. Best effort.
+    fn release(&self, client: &Client, session_id: &str);
+    /// What the guardian must release if conlock dies while holding.
+    fn guardian_info(&self) -> ClaimInfo;
+    /// Extra environment for the child.
+    fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
+}
+
+enum Phase {
+    /// Waiting for the claim: a terminating signal ends conlock at once.
+    Acquiring { client: Client, session_id: String },
+    /// Signals go to the supervising loop.
+    Holding(Sender<Event>),
+}
+
+/// Runs the whole life cycle and returns the exit code.
+pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
+    let guardian = Guardian::start(client.config());
+    let result = hold_guarded(client, spec, claim, guardian.as_ref());
+    if let Some(g) = guardian {
+        g.done();
+    }
+    result
+}
+
+fn hold_guarded(
+    client: &Client,
+    spec: HoldSpec,
+    claim: Arc<dyn Claim>,
+    guardian: Option<&Arc<Guardian>>,
+) -> Result<i32> {
+    let session = Session::create(client, spec.session.clone(), guardian.cloned())?;
+    let phase = Arc::new(Mutex::new(Phase::Acquiring {
+        client: client.clone(),
+        session_id: session.id(),
+    }));
+    install_signal_thread(phase.clone())?;
+
+    let wait = WaitDisplay::start(claim.describe());
+    let deadline = spec.timeout.map(|t| Instant::now() + t);
+    let acquired = claim.acquire(client, &session, deadline, &wait);
+    wait.finish();
+    let held = match acquired {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            ui::notice(format_args!(
+                "{} is busy; gave up waiting (exit {})",
+                claim.describe(),
+                spec.busy_exit_code
+            ));
+            session.destroy();
+            return Ok(spec.busy_exit_code);
+        }
+        Err(e) => {
+            session.destroy();
+            return Err(e);
+        }
+    };
+    let session_id = session.id();
+    if let Some(g) = guardian {
+        g.claim(claim.guardian_info());
+    }
+    ui::verbose(format_args!(
+        "acquired {} (LockIndex {}, fencing token {})",
+        claim.describe(),
+        held.lock_index,
+        held.modify_index
+    ));
+
+    let (tx, rx) = mpsc::channel();
+    // From here on, signals are forwarded to the child instead of ending conlock.
+    *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
+    session.notify_lost(tx.clone());
+    let stop_monitor = Arc::new(AtomicBool::new(false));
+    {
+        let (claim, client, sid, held, policy, tx, stop) = (
+            claim.clone(),
+            client.clone(),
+            session_id.clone(),
+            held.clone(),
+            spec.monitor,
+            tx.clone(),
+            stop_monitor.clone(),
+        );
+        std::thread::Builder::new()
+            .name("monitor".into())
+            .spawn(move || claim.monitor(client, sid, held, policy, tx, stop))
+            .map_err(|e| Error::Other(e.into()))?;
+    }
+
+    let mut env = vec![
+        ("CONLOCK_SESSION".to_string(), session_id.clone()),
+        (
+            "CONLOCK_LOCK_INDEX".to_string(),
+            held.lock_index.to_string(),
+        ),
+        (
+            "CONLOCK_MODIFY_INDEX".to_string(),
+            held.modify_index.to_string(),
+        ),
+        ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
+    ];
+    env.extend(claim.env(&held, &session_id));
+
+    let child = match Child::spawn(&spec.program, &env, tx, guardian.map(|g| &**g)) {
+        Ok(c) => c,
+        Err(e) => {
+            stop_monitor.store(true, Ordering::SeqCst);
+            claim.release(client, &session_id);
+            session.destroy();
+            return Err(e);
+        }
+    };
+    let outcome = supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
+    stop_monitor.store(true, Ordering::SeqCst);
+    child.finish();
+    // The whole process group is gone: now the claim may go.
+    claim.release(client, &session_id);
+    session.destroy();
+    Ok(match outcome {
+        Outcome::Exited(code) => {
+            ui::verbose(format_args!(
+                "command exited with {code}; released {}",
+                claim.describe()
+            ));
+            code
+        }
+        Outcome::Lost(reason) => {
+            ui::verbose(format_args!(
+                "exiting {} after losing {}: {reason}",
+                exit::LOST,
+                claim.describe()
+            ));
+            exit::LOST
+        }
+    })
+}
+
+fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new(supervise::FORWARDED)
+        .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
+                match &*guard {
+                    Phase::Holding(tx) => {
+                        let _ = tx.send(Event::Signal(sig));
+                    }
+                    Phase::Acquiring { client, session_id } => {
+                        if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig)
+                        {
+                            ui::clear_status();
+                            ui::verbose(format_args!("signal {sig} while waiting; giving up"));
+                            // Destroying the session also drops anything it may just have acquired.
+                            let _ = client.session_destroy(session_id);
+                            std::process::exit(128 + sig);
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::Other(e.into()))?;
+    Ok(())
+}
+
+/// The waiting status: one line on a terminal, progress lines with -v.
+pub struct WaitDisplay {
+    what: String,
+    started: Instant,
+    holder: Arc<Mutex<Option<String>>>,
+    done: Arc<AtomicBool>,
+}
+
+impl WaitDisplay {
+    pub fn start(what: String) -> WaitDisplay {
+        let d = WaitDisplay {
+            what,
+            started: Instant::now(),
+            holder: Arc::new(Mutex::new(None)),
+            done: Arc::new(AtomicBool::new(false)),
+        };
+        if ui::stderr_is_terminal() && ui::level() == ui::Level::Normal {
+            let (what, holder, done, started) =
+                (d.what.clone(), d.holder.clone(), d.done.clone(), d.started);
+            let _ = std::thread::Builder::new()
+                .name("status".into())
+                .spawn(move || {
+                    // Only draw once the wait is noticeable.
+                    std::thread::sleep(Duration::from_millis(300));
+                    while !done.load(Ordering::SeqCst) {
+                        let h = holder.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                        let by = h.map(|h| format!(", held by {h}")).unwrap_or_default();
+                        ui::status_line(&format!(
+                            "conlock: waiting for {what}{by} ({}s)",
+                            started.elapsed().as_secs()
+                        ));
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                });
+        }
+        d
+    }
+
+    /// Reports who holds the claim now (`None`: nobody, or a lock-delay).
+    pub fn holder(&self, who: Option<String>) {
+        let mut h = self.holder.lock().unwrap_or_else(|p| p.into_inner());
+        if *h != who {
+            match &who {
+                Some(w) => ui::verbose(format_args!("waiting for {}: held by {w}", self.what)),
+                None => ui::verbose(format_args!("{} has no holder; trying", self.what)),
+            }
+            *h = who;
+        }
+    }
+
+    pub fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        ui::clear_status();
+    }
+}
+
+/// Sleeps `d`, but not past `deadline`.
+pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
+    let d = match deadline {
+        Some(dl) => d.min(dl.saturating_duration_since(Instant::now())),
+        None => d,
+    };
+    std::thread::sleep(d);
+}
+
+pub fn deadline_passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Describes a holder from its stored value and session, for the waiting line.
+pub fn describe_holder(client: &Client, session_id: &str, value: &[u8]) -> String {
+    let from_value = serde_json::from_slice::<serde_json::Value>(value)
+        .ok()
+        .and_then(|v| {
+            let host = v.get("host")?.as_str()?.to_string();
+            let pid = v
+                .get("pid")
+                .map(|p| format!(" pid {p}"))
+                .unwrap_or_default();
+            Some(format!("{host}{pid}"))
+        });
+    let from_value = from_value.or_else(|| {
+        let text = String::from_utf8_lossy(value);
+        let t = text.trim();
+        (!t.is_empty()).then(|| t.chars().take(40).collect())
+    });
+    let name = client
+        .session_info(session_id, Default::default())
+        .ok()
+        .and_then(|(s, _)| s)
+        .map(|s| s.name)
+        .filter(|n| !n.is_empty());
+    match (from_value, name) {
+        (Some(v), Some(n)) => format!("{v} (session \"{n}\")"),
+        (Some(v), None) => v,
+        (None, Some(n)) => format!("session \"{n}\""),
+        (None, None) => format!("session {session_id}"),
+    }
+}
+
+/// Is this error Consul saying our session does not exist (any more)?
+pub fn is_invalid_session(e: &ConsulError) -> bool {
+    match e {
+        ConsulError::Server { body, .. } | ConsulError::Rejected { body, .. } => {
+            body.contains("invalid session") || body.contains("not found")
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,237 @@
+//! The leader lock: one key, acquired with a session, wire-compatible with `consul lock`
+//! (Consul's api.Lock): flags `LOCK_FLAGS`, key `<prefix>/.lock` for `--prefix`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, LOCK_FLAGS};
+use crate::error::{Error, Result};
+use crate::guardian::ClaimInfo;
+use crate::holder::{self, Claim, Held, MonitorPolicy, WaitDisplay, WATCH_WAIT};
+use crate::session::Session;
+use crate::supervise::Event;
+use crate::ui;
+
+/// During a lock-delay nothing changes on the server, so retries are timed: short steps
+/// so that a new holder starts soon after the delay ends.
+const DELAY_RETRY_MIN: Duration = Duration::from_millis(5);
+const DELAY_RETRY_MAX: Duration = Duration::from_millis(40);
+/// Pause between reads when Consul is unreachable while we wait.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+pub struct Lock {
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+impl Lock {
+    fn check_flags(&self, pair: &KvPair) -> Result<()> {
+        if pair.flags != LOCK_FLAGS {
+            return Err(Error::Conflict(format!(
+                "key {:?} exists but is not a conlock/consul lock (Flags {:#x}, expected {LOCK_FLAGS:#x}); refusing to touch it",
+                self.key, pair.flags
+            )));
+        }
+        Ok(())
+    }
+
+    fn read_held(&self, client: &Client, session_id: &str) -> Result<Option<Held>> {
+        let (pair, _) = client.kv_get(&self.key, QueryOptions::default())?;
+        Ok(pair
+            .filter(|p| p.holder() == Some(session_id))
+            .map(|p| Held {
+                lock_index: p.lock_index,
+                modify_index: p.modify_index,
+            }))
+    }
+}
+
+impl Claim for Lock {
+    fn describe(&self) -> String {
+        format!("lock {:?}", self.key)
+    }
+
+    fn acquire(
+        &self,
+        client: &Client,
+        session: &Session,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>> {
+        let mut index = 0;
+        let mut delay_retry = DELAY_RETRY_MIN;
+        let mut last_holder: Option<String> = None;
+        loop {
+            if session.lost().is_some() {
+                session.recreate()?;
+            }
+            let session_id = session.id();
+            let q = match deadline {
+                _ if index == 0 => QueryOptions::default(),
+                Some(d) => QueryOptions::blocking(
+                    index,
+                    d.saturating_duration_since(Instant::now()).min(WATCH_WAIT),
+                ),
+                None => QueryOptions::blocking(index, WATCH_WAIT),
+            };
+            let (pair, meta) = match client.kv_get(&self.key, q) {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    ui::notice(format_args!("{e}; retrying"));
+                    if holder::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+                    index = 0;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            index = next_index(index, meta.index);
+            if let Some(p) = &pair {
+                self.check_flags(p)?;
+                if let Some(h) = p.holder() {
+                    if h == session_id {
+                        // An earlier acquire went through though we did not see its answer.
+                        return self.read_held(client, &session_id);
+                    }
+                    if last_holder.as_deref() != Some(h) {
+                        wait.holder(Some(holder::describe_holder(client, h, p.value_bytes())));
+                        last_holder = Some(h.to_string());
+                    }
+                    delay_retry = DELAY_RETRY_MIN;
+                    if holder::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+            }
+            let put = PutOptions {
+                flags: LOCK_FLAGS,
+                acquire: Some(&session_id),
+                ..Default::default()
+            };
+            match client.kv_put(&self.key, &self.value, put) {
+                Ok(true) => {
+                    if let Some(h) = self.read_held(client, &session_id)? {
+                        return Ok(Some(h));
+                    }
+                    // Lost again between the write and the read (destroyed or broken); start over.
+                    index = 0;
+                }
+                Ok(false) => {
+                    // No holder, yet refused: a lock-delay from an invalidated session is running.
+                    wait.holder(None);
+                    last_holder = None;
+                    if holder::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    holder::sleep_until_deadline(delay_retry, deadline);
+                    delay_retry = (delay_retry * 2).min(DELAY_RETRY_MAX);
+                    index = 0;
+                }
+                Err(e) if holder::is_invalid_session(&e) => {
+                    ui::verbose(format_args!(
+                        "session {session_id} is gone ({e}); creating a new one"
+                    ));
+                    session.recreate()?;
+                    index = 0;
+                }
+                Err(e) if e.is_retryable() => {
+                    ui::notice(format_args!("{e}; retrying"));
+                    if holder::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+                    index = 0;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn monitor(
+        &self,
+        client: Client,
+        session_id: String,
+        held: Held,
+        policy: MonitorPolicy,
+        events: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) {
+        let mut index = held.modify_index;
+        let mut failures = 0u32;
+        while !stop.load(Ordering::SeqCst) {
+            let lost = match client.kv_get(&self.key, QueryOptions::blocking(index, WATCH_WAIT)) {
+                Ok((pair, meta)) => {
+                    failures = 0;
+                    index = next_index(index, meta.index);
+                    match pair {
+                        None => Some("the lock key was deleted".to_string()),
+                        Some(p) if p.holder() == Some(session_id.as_str()) => None,
+                        Some(p) => Some(match p.holder() {
+                            Some(other) => format!("the lock is now held by session {other}"),
+                            None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
+                        }),
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures > policy.retries {
+                        Some(format!(
+                            "cannot read the lock after {} tries: {e}",
+                            failures
+                        ))
+                    } else {
+                        ui::verbose(format_args!(
+                            "watching the lock failed ({e}); retry {failures} of {}",
+                            policy.retries
+                        ));
+                        std::thread::sleep(policy.retry_time);
+                        None
+                    }
+                }
+            };
+            if let Some(reason) = lost {
+                if !stop.load(Ordering::SeqCst) {
+                    let _ = events.send(Event::Lost(reason));
+                }
+                return;
+            }
+        }
+    }
+
+    fn release(&self, client: &Client, session_id: &str) {
+        let put = PutOptions {
+            flags: LOCK_FLAGS,
+            release: Some(session_id),
+            ..Default::default()
+        };
+        match client.kv_put(&self.key, &[], put) {
+            Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
+            Ok(false) => {}
+            Err(e) => ui::warn(format_args!(
+                "could not release {}: {e}; destroying the session frees it",
+                self.describe()
+            )),
+        }
+        // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
+        if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {
+            if p.holder().is_none() && p.flags == LOCK_FLAGS {
+                let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
+            }
+        }
+    }
+
+    fn guardian_info(&self) -> ClaimInfo {
+        ClaimInfo::Lock {
+            key: self.key.clone(),
+        }
+    }
+
+    fn env(&self, _held: &Held, _session_id: &str) -> Vec<(String, String)> {
+        vec![("CONLOCK_KEY".to_string(), self.key.clone())]
+    }
+}

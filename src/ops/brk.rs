@@ -1,0 +1,81 @@
+//! `conlock break`: operator intervention. Destroys the holder's session, as Consul's
+//! session docs describe for a stuck lock. The lock then frees after the session's
+//! lock-delay, which gives the old holder time to stop its command.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use super::{inspect, Holder, Snapshot, Target};
+use crate::cli::{BreakArgs, ConnArgs};
+use crate::consul::QueryOptions;
+use crate::error::{Error, Result};
+use crate::holder::Claim;
+use crate::semaphore::Semaphore;
+
+pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
+    let target = Target::from_args(&args.target)?;
+    let client = crate::app::client(conn)?;
+    let (snap, _) = inspect(&client, &target, QueryOptions::default())?;
+    let chosen: Vec<Holder> = match (&args.session, snap.holders()) {
+        (_, hs) if hs.is_empty() => {
+            println!("nothing to break: {} has no holder", name(&snap));
+            return Ok(0);
+        }
+        (Some(s), hs) => {
+            let found: Vec<Holder> = hs.into_iter().filter(|h| &h.session == s).cloned().collect();
+            if found.is_empty() {
+                return Err(Error::Usage(format!("session {s} holds nothing in {}", name(&snap))));
+            }
+            found
+        }
+        (None, hs) => hs.into_iter().cloned().collect(),
+    };
+    let list = chosen.iter().map(Holder::describe).collect::<Vec<_>>().join(", ");
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Error::Usage(
+                "refusing to break without --yes: stdin is not a terminal to confirm on".into(),
+            ));
+        }
+        eprint!("Destroy the session of {list} holding {}? [y/N] ", name(&snap));
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            println!("nothing done");
+            return Ok(1);
+        }
+    }
+    for h in &chosen {
+        client.session_destroy(&h.session)?;
+        match &snap {
+            Snapshot::Lock { key, .. } => {
+                let delay = h
+                    .lock_delay_ns
+                    .map(|ns| crate::duration::format(std::time::Duration::from_nanos(ns)))
+                    .unwrap_or_else(|| "its lock-delay".into());
+                println!(
+                    "destroyed session {} of {}; {key} can be acquired again after {delay} (lock-delay)",
+                    h.session,
+                    h.describe()
+                );
+            }
+            Snapshot::Semaphore { prefix, limit, .. } => {
+                let sem = Semaphore {
+                    prefix: prefix.clone(),
+                    limit: limit.unwrap_or(0),
+                    value: Vec::new(),
+                };
+                sem.release(&client, &h.session);
+                println!("destroyed session {} of {}; its slot in {prefix} is free", h.session, h.describe());
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn name(snap: &Snapshot) -> String {
+    match snap {
+        Snapshot::Lock { key, .. } => format!("lock {key}"),
+        Snapshot::Semaphore { prefix, .. } => format!("semaphore {prefix}"),
+    }
+}

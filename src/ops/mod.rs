@@ -1,0 +1,243 @@
+//! Operator commands: `status`, `watch` and `break`. They share `inspect`, which reads a
+//! lock or a semaphore and describes its holders.
+
+pub mod brk;
+pub mod status;
+pub mod watch;
+
+use serde_json::{json, Value};
+
+use crate::cli::TargetArgs;
+use crate::consul::{Client, KvPair, QueryMeta, QueryOptions, LOCK_FLAGS, SEMAPHORE_FLAGS};
+use crate::error::{Error, Result};
+use crate::semaphore::LockState;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Key(String),
+    Prefix(String),
+}
+
+impl Target {
+    pub fn from_args(a: &TargetArgs) -> Result<Target> {
+        match (&a.key, &a.prefix) {
+            (Some(k), _) => Ok(Target::Key(crate::app::normalize_key(k, "--key")?)),
+            (None, Some(p)) => Ok(Target::Prefix(crate::app::normalize_key(p, "--prefix")?)),
+            (None, None) => Err(Error::Usage("give --key or --prefix".into())),
+        }
+    }
+}
+
+/// One holder of a lock or slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holder {
+    pub session: String,
+    /// The key that names this holder: the lock key or the contender key.
+    pub key: String,
+    pub name: Option<String>,
+    pub node: Option<String>,
+    pub ttl: Option<String>,
+    pub lock_delay_ns: Option<u64>,
+    /// The stored value: JSON when it parses, else text.
+    pub value: Value,
+    /// From conlock's default value (`started`), when present.
+    pub held_since: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Snapshot {
+    Lock {
+        key: String,
+        holder: Option<Holder>,
+        lock_index: u64,
+        modify_index: u64,
+        exists: bool,
+    },
+    Semaphore {
+        prefix: String,
+        limit: Option<u32>,
+        holders: Vec<Holder>,
+        waiting: usize,
+        modify_index: u64,
+    },
+}
+
+impl Snapshot {
+    pub fn is_held(&self) -> bool {
+        match self {
+            Snapshot::Lock { holder, .. } => holder.is_some(),
+            Snapshot::Semaphore { holders, .. } => !holders.is_empty(),
+        }
+    }
+
+    /// Sessions holding now, for change detection.
+    pub fn holder_sessions(&self) -> Vec<String> {
+        match self {
+            Snapshot::Lock { holder, .. } => holder.iter().map(|h| h.session.clone()).collect(),
+            Snapshot::Semaphore { holders, .. } => holders.iter().map(|h| h.session.clone()).collect(),
+        }
+    }
+
+    pub fn holders(&self) -> Vec<&Holder> {
+        match self {
+            Snapshot::Lock { holder, .. } => holder.iter().collect(),
+            Snapshot::Semaphore { holders, .. } => holders.iter().collect(),
+        }
+    }
+
+    /// The stable JSON schema of `status --json` (documented in docs/guide.md).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Snapshot::Lock {
+                key,
+                holder,
+                lock_index,
+                modify_index,
+                ..
+            } => json!({
+                "kind": "lock",
+                "key": key,
+                "held": holder.is_some(),
+                "holder": holder.as_ref().map(Holder::to_json),
+                "lock_index": lock_index,
+                "modify_index": modify_index,
+            }),
+            Snapshot::Semaphore {
+                prefix,
+                limit,
+                holders,
+                waiting,
+                modify_index,
+            } => json!({
+                "kind": "semaphore",
+                "prefix": prefix,
+                "limit": limit,
+                "held": !holders.is_empty(),
+                "holders": holders.iter().map(Holder::to_json).collect::<Vec<_>>(),
+                "waiting": waiting,
+                "modify_index": modify_index,
+            }),
+        }
+    }
+}
+
+impl Holder {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "session": self.session,
+            "key": self.key,
+            "name": self.name,
+            "node": self.node,
+            "ttl": self.ttl,
+            "lock_delay_ns": self.lock_delay_ns,
+            "value": self.value,
+            "held_since": self.held_since,
+        })
+    }
+
+    /// `host pid 12 (session "name")`, for one-line messages.
+    pub fn describe(&self) -> String {
+        let host = self.value.get("host").and_then(Value::as_str);
+        let pid = self.value.get("pid").map(|p| format!(" pid {p}")).unwrap_or_default();
+        let name = self.name.as_deref().filter(|n| !n.is_empty());
+        match (host, name) {
+            (Some(h), Some(n)) => format!("{h}{pid} (session \"{n}\")"),
+            (Some(h), None) => format!("{h}{pid} (session {})", self.session),
+            (None, Some(n)) => format!("session \"{n}\""),
+            (None, None) => format!("session {}", self.session),
+        }
+    }
+}
+
+fn decode_value(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
+    let info = client
+        .session_info(session, QueryOptions::default())
+        .ok()
+        .and_then(|(s, _)| s);
+    let value = decode_value(pair.value_bytes());
+    Holder {
+        session: session.to_string(),
+        key: pair.key.clone(),
+        name: info.as_ref().map(|s| s.name.clone()),
+        node: info.as_ref().map(|s| s.node.clone()),
+        ttl: info.as_ref().map(|s| s.ttl.clone()).filter(|t| !t.is_empty()),
+        lock_delay_ns: info.as_ref().map(|s| s.lock_delay),
+        held_since: value.get("started").and_then(Value::as_str).map(str::to_string),
+        value,
+    }
+}
+
+fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Snapshot> {
+    if let Some(p) = pair {
+        if p.flags != LOCK_FLAGS {
+            return Err(Error::Conflict(format!(
+                "key {key:?} is not a conlock/consul lock (Flags {:#x})",
+                p.flags
+            )));
+        }
+    }
+    Ok(Snapshot::Lock {
+        key: key.to_string(),
+        holder: pair.and_then(|p| p.holder().map(|s| holder(client, p, s))),
+        lock_index: pair.map_or(0, |p| p.lock_index),
+        modify_index: pair.map_or(0, |p| p.modify_index),
+        exists: pair.is_some(),
+    })
+}
+
+/// Reads the target once (a blocking read when `q` says so).
+pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Snapshot, QueryMeta)> {
+    match target {
+        Target::Key(key) => {
+            let (pair, meta) = client.kv_get(key, q)?;
+            Ok((lock_snapshot(client, key, pair.as_ref())?, meta))
+        }
+        Target::Prefix(prefix) => {
+            let (pairs, meta) = client.kv_list(prefix, q)?;
+            let lock_key = format!("{prefix}/.lock");
+            let lock = pairs.iter().find(|p| p.key == lock_key);
+            let contenders: Vec<&KvPair> = pairs
+                .iter()
+                .filter(|p| {
+                    p.flags == SEMAPHORE_FLAGS && p.key != lock_key && p.key.rsplit_once('/').map(|(d, _)| d) == Some(prefix)
+                })
+                .collect();
+            let is_semaphore = lock.map_or(!contenders.is_empty(), |l| l.flags == SEMAPHORE_FLAGS);
+            if !is_semaphore {
+                return Ok((lock_snapshot(client, &lock_key, lock)?, meta));
+            }
+            let state = match lock {
+                Some(l) => LockState::decode(l.value_bytes(), &lock_key)?,
+                None => None,
+            };
+            let held: Vec<String> = state.as_ref().map(|s| s.holders.keys().cloned().collect()).unwrap_or_default();
+            let mut holders = Vec::new();
+            let mut waiting = 0;
+            for c in &contenders {
+                let Some(s) = c.holder() else { continue };
+                if held.iter().any(|h| h == s) {
+                    holders.push(holder(client, c, s));
+                } else {
+                    waiting += 1;
+                }
+            }
+            Ok((
+                Snapshot::Semaphore {
+                    prefix: prefix.clone(),
+                    limit: state.map(|s| s.limit),
+                    holders,
+                    waiting,
+                    modify_index: lock.map_or(0, |l| l.modify_index),
+                },
+                meta,
+            ))
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `conlock status`: who holds a lock or semaphore. Exit 0 held, 1 free.
+
+use std::time::SystemTime;
+
+use super::{inspect, Holder, Snapshot, Target};
+use crate::cli::{ConnArgs, StatusArgs};
+use crate::consul::QueryOptions;
+use crate::error::Result;
+
+pub fn run(conn: &ConnArgs, args: StatusArgs) -> Result<i32> {
+    let target = Target::from_args(&args.target)?;
+    let client = crate::app::client(conn)?;
+    let (snap, _) = inspect(&client, &target, QueryOptions::default())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snap.to_json()).expect("json"));
+    } else {
+        print!("{}", render(&snap, SystemTime::now()));
+    }
+    Ok(if snap.is_held() { 0 } else { 1 })
+}
+
+/// The human-readable report.
+pub fn render(snap: &Snapshot, now: SystemTime) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    match snap {
+        Snapshot::Lock {
+            key,
+            holder,
+            lock_index,
+            modify_index,
+            ..
+        } => {
+            rows.push(("lock".into(), key.clone()));
+            match holder {
+                None => rows.push(("state".into(), "free".into())),
+                Some(h) => {
+                    rows.push(("state".into(), "held".into()));
+                    holder_rows(&mut rows, h, now, "");
+                    rows.push(("lock index".into(), lock_index.to_string()));
+                    rows.push(("fencing token".into(), format!("{modify_index} (ModifyIndex)")));
+                }
+            }
+        }
+        Snapshot::Semaphore {
+            prefix,
+            limit,
+            holders,
+            waiting,
+            ..
+        } => {
+            rows.push(("semaphore".into(), prefix.clone()));
+            let limit_s = limit.map_or("unknown (no .lock yet)".to_string(), |l| l.to_string());
+            rows.push(("slots".into(), format!("{} of {limit_s} held", holders.len())));
+            rows.push(("waiting".into(), waiting.to_string()));
+            for (i, h) in holders.iter().enumerate() {
+                rows.push((format!("holder {}", i + 1), String::new()));
+                holder_rows(&mut rows, h, now, "  ");
+            }
+        }
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (k, v) in rows {
+        if v.contains('\n') {
+            out.push_str(&format!("{:<width$} \n", format!("{k}:")));
+            for line in v.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
+        } else {
+            out.push_str(format!("{:<width$} {v}", format!("{k}:")).trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, indent: &str) {
+    let name = h.name.as_deref().map(|n| format!(" \"{n}\"")).unwrap_or_default();
+    rows.push((format!("{indent}session"), format!("{}{name}", h.session)));
+    if let Some(node) = &h.node {
+        rows.push((format!("{indent}node"), node.clone()));
+    }
+    let ttl = h.ttl.clone().unwrap_or_else(|| "none".into());
+    let delay = h
+        .lock_delay_ns
+        .map(|ns| crate::duration::format(std::time::Duration::from_nanos(ns)))
+        .unwrap_or_else(|| "?".into());
+    rows.push((format!("{indent}ttl"), format!("{ttl}, lock-delay {delay}")));
+    if let Some(since) = &h.held_since {
+        let ago = held_for(since, now).map(|s| format!(" ({s} ago)")).unwrap_or_default();
+        rows.push((format!("{indent}held since"), format!("{since}{ago}")));
+    }
+    let value = match &h.value {
+        serde_json::Value::Null => "(empty)".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        v => serde_json::to_string_pretty(v).expect("json"),
+    };
+    rows.push((format!("{indent}value"), value));
+}
+
+/// `1h2m3s` since an RFC 3339 UTC timestamp as conlock writes it.
+fn held_for(since: &str, now: SystemTime) -> Option<String> {
+    let t = parse_utc(since)?;
+    let d = now.duration_since(t).ok()?;
+    Some(crate::duration::format(std::time::Duration::from_secs(d.as_secs())))
+}
+
+fn parse_utc(s: &str) -> Option<SystemTime> {
+    // YYYY-MM-DDTHH:MM:SS(.fff)Z
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    // Days from civil, after Howard Hinnant.
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    (secs >= 0).then(|| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn holder() -> Holder {
+        Holder {
+            session: "abc".into(),
+            key: "k".into(),
+            name: Some("conlock: job on h".into()),
+            node: Some("n1".into()),
+            ttl: Some("15s".into()),
+            lock_delay_ns: Some(15_000_000_000),
+            value: json!({"host": "h", "pid": 7, "started": "2026-11-21T13:45:26.123Z"}),
+            held_since: Some("2026-11-21T13:45:26.123Z".into()),
+        }
+    }
+
+    #[test]
+    fn parses_our_timestamps() {
+        let t = parse_utc("2026-11-21T13:45:26.123Z").unwrap();
+        assert_eq!(crate::ui::timestamp(t), "2026-11-21T13:45:26.000Z");
+        assert!(parse_utc("yesterday").is_none());
+    }
+
+    #[test]
+    fn renders_held_lock_aligned() {
+        let snap = Snapshot::Lock {
+            key: "svc/.lock".into(),
+            holder: Some(holder()),
+            lock_index: 1,
+            modify_index: 42,
+            exists: true,
+        };
+        let now = parse_utc("2026-11-21T13:47:26Z").unwrap() + Duration::from_millis(500);
+        let text = render(&snap, now);
+        assert!(text.contains("state:         held\n"), "{text}");
+        assert!(text.contains("fencing token: 42 (ModifyIndex)\n"), "{text}");
+        assert!(text.contains("(2m0s ago)"), "{text}");
+        assert!(text.contains("lock-delay 15s"), "{text}");
+        assert!(text.contains("\"pid\": 7"), "{text}");
+    }
+
+    #[test]
+    fn json_schema_is_stable() {
+        let snap = Snapshot::Semaphore {
+            prefix: "db".into(),
+            limit: Some(2),
+            holders: vec![holder()],
+            waiting: 3,
+            modify_index: 9,
+        };
+        let j = snap.to_json();
+        assert_eq!(j["kind"], "semaphore");
+        assert_eq!(j["limit"], 2);
+        assert_eq!(j["held"], true);
+        assert_eq!(j["waiting"], 3);
+        assert_eq!(j["holders"][0]["session"], "abc");
+        assert_eq!(j["holders"][0]["value"]["pid"], 7);
+    }
+}

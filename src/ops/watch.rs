@@ -1,0 +1,202 @@
+//! `conlock watch`: one line per change of holder, and an optional handler run on each
+//! change (never two at once; changes that arrive meanwhile are coalesced into one run).
+
+use std::ffi::OsString;
+use std::process::Command;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+
+use super::{inspect, Holder, Snapshot, Target};
+use crate::cli::{ConnArgs, WatchArgs};
+use crate::consul::{next_index, Client, QueryOptions};
+use crate::error::Result;
+use crate::holder::WATCH_WAIT;
+use crate::supervise::{self, Program};
+use crate::ui;
+
+/// One change of holder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// `held`/`free` for the first look, then `acquired`, `released` or `lost`.
+    pub event: &'static str,
+    pub target: String,
+    pub holder: Option<Holder>,
+    pub modify_index: u64,
+    /// Sessions holding after this change.
+    pub holders_now: Vec<String>,
+}
+
+pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
+    let target = Target::from_args(&args.target)?;
+    let handler = if args.handler.is_empty() {
+        None
+    } else {
+        Some(HandlerRunner::start(supervise::resolve(&args.handler, false)?))
+    };
+    let client = crate::app::client(conn)?;
+    let mut index = 0;
+    let mut prev: Option<Snapshot> = None;
+    let mut backoff = Duration::from_millis(500);
+    let mut failing = false;
+    loop {
+        let q = if index == 0 {
+            QueryOptions::default()
+        } else {
+            QueryOptions::blocking(index, WATCH_WAIT)
+        };
+        match inspect(&client, &target, q) {
+            Ok((snap, meta)) => {
+                if failing {
+                    ui::notice("reconnected to Consul");
+                    failing = false;
+                }
+                backoff = Duration::from_millis(500);
+                index = next_index(index, meta.index);
+                for change in diff(&client, &target, prev.as_ref(), &snap) {
+                    println!("{}", if args.json { to_json(&change).to_string() } else { to_line(&change) });
+                    if let Some(h) = &handler {
+                        h.submit(env_for(&change));
+                    }
+                }
+                prev = Some(snap);
+            }
+            Err(crate::error::Error::Consul(e)) if e.is_retryable() => {
+                ui::notice(format_args!("{e}; retrying in {}", crate::duration::format(backoff)));
+                failing = true;
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                index = 0;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn target_name(target: &Target) -> String {
+    match target {
+        Target::Key(k) => k.clone(),
+        Target::Prefix(p) => p.clone(),
+    }
+}
+
+/// The changes from `prev` to `now`; a first look reports the current state.
+pub fn diff(client: &Client, target: &Target, prev: Option<&Snapshot>, now: &Snapshot) -> Vec<Change> {
+    let name = target_name(target);
+    let modify_index = match now {
+        Snapshot::Lock { modify_index, .. } | Snapshot::Semaphore { modify_index, .. } => *modify_index,
+    };
+    let holders_now = now.holder_sessions();
+    let change = |event, holder: Option<Holder>| Change {
+        event,
+        target: name.clone(),
+        holder,
+        modify_index,
+        holders_now: holders_now.clone(),
+    };
+    let Some(prev) = prev else {
+        if now.holders().is_empty() {
+            return vec![change("free", None)];
+        }
+        return now.holders().into_iter().map(|h| change("held", Some(h.clone()))).collect();
+    };
+    let mut out = Vec::new();
+    for old in prev.holders() {
+        if !holders_now.contains(&old.session) {
+            // A session that no longer exists was invalidated: the holder lost it.
+            let alive = client
+                .session_info(&old.session, QueryOptions::default())
+                .map(|(s, _)| s.is_some())
+                .unwrap_or(true);
+            out.push(change(if alive { "released" } else { "lost" }, Some(old.clone())));
+        }
+    }
+    let before = prev.holder_sessions();
+    for new in now.holders() {
+        if !before.contains(&new.session) {
+            out.push(change("acquired", Some(new.clone())));
+        }
+    }
+    out
+}
+
+pub fn to_line(c: &Change) -> String {
+    let when = ui::timestamp(SystemTime::now());
+    match &c.holder {
+        Some(h) => format!("{when} {:<8} {} by {} [{}]", c.event, c.target, h.describe(), h.session),
+        None => format!("{when} {:<8} {}", c.event, c.target),
+    }
+}
+
+pub fn to_json(c: &Change) -> Value {
+    json!({
+        "time": ui::timestamp(SystemTime::now()),
+        "event": c.event,
+        "target": c.target,
+        "holder": c.holder.as_ref().map(Holder::to_json),
+        "modify_index": c.modify_index,
+        "holders": c.holders_now,
+    })
+}
+
+/// The handler's environment for one change.
+pub fn env_for(c: &Change) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("CONLOCK_EVENT".to_string(), c.event.to_string()),
+        ("CONLOCK_TARGET".to_string(), c.target.clone()),
+        ("CONLOCK_MODIFY_INDEX".to_string(), c.modify_index.to_string()),
+        ("CONLOCK_HOLDERS".to_string(), c.holders_now.join(",")),
+    ];
+    if let Some(h) = &c.holder {
+        let value = match &h.value {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            v => v.to_string(),
+        };
+        env.push(("CONLOCK_HOLDER_SESSION".to_string(), h.session.clone()));
+        env.push(("CONLOCK_HOLDER_KEY".to_string(), h.key.clone()));
+        env.push(("CONLOCK_HOLDER_NAME".to_string(), h.name.clone().unwrap_or_default()));
+        env.push(("CONLOCK_HOLDER_VALUE".to_string(), value));
+    }
+    env
+}
+
+type Env = Vec<(String, String)>;
+
+/// Runs the handler on its own thread, one run at a time, latest change wins.
+struct HandlerRunner {
+    pending: Arc<(Mutex<Option<Env>>, Condvar)>,
+}
+
+impl HandlerRunner {
+    fn start(program: Program) -> HandlerRunner {
+        let pending: Arc<(Mutex<Option<Env>>, Condvar)> = Arc::default();
+        let shared = pending.clone();
+        std::thread::spawn(move || loop {
+            let env = {
+                let (lock, cv) = &*shared;
+                let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(env) = p.take() {
+                        break env;
+                    }
+                    p = cv.wait(p).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let args: Vec<&OsString> = program.argv[1..].iter().collect();
+            match Command::new(&program.path).args(args).envs(env).status() {
+                Ok(st) if !st.success() => ui::warn(format_args!("handler {} exited with {st}", program.display)),
+                Ok(_) => {}
+                Err(e) => ui::warn(format_args!("cannot run handler {}: {e}", program.display)),
+            }
+        });
+        HandlerRunner { pending }
+    }
+
+    fn submit(&self, env: Env) {
+        let (lock, cv) = &*self.pending;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(env);
+        cv.notify_one();
+    }
+}

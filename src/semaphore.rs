@@ -1,0 +1,466 @@
+//! The semaphore: N slots on a prefix, wire-compatible with `consul lock -n N`
+//! (Consul's api.Semaphore). Each contender holds `P/<session>` with its session
+//! (behavior delete); `P/.lock` holds `{"Limit":N,"Holders":{"<session>":true}}` and is
+//! only ever changed by check-and-set.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::cli::{ConnArgs, SemArgs};
+use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS};
+use crate::error::{Error, Result};
+use crate::guardian::ClaimInfo;
+use crate::holder::{self, Claim, Held, MonitorPolicy, WaitDisplay, WATCH_WAIT};
+use crate::session::Session;
+use crate::supervise::Event;
+use crate::ui;
+
+const LOCK_KEY: &str = ".lock";
+/// A waiter that is not first in line for a free slot tries anyway after this long
+/// without any change, so that a dead waiter at the head of the line stalls nobody.
+const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+pub fn run(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
+    let prefix = crate::app::normalize_key(&args.prefix, "--prefix")?;
+    let prepared = crate::app::prepare(conn, &args.hold, "delete")?;
+    let sem = Semaphore {
+        prefix,
+        limit: args.limit,
+        value: prepared.value.clone(),
+    };
+    holder::hold(&prepared.client, prepared.spec, Arc::new(sem))
+}
+
+pub struct Semaphore {
+    pub prefix: String,
+    pub limit: u32,
+    pub value: Vec<u8>,
+}
+
+/// The decoded `.lock` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockState {
+    pub limit: u32,
+    pub holders: BTreeMap<String, bool>,
+}
+
+#[derive(Deserialize)]
+struct RawLock {
+    #[serde(rename = "Limit")]
+    limit: u32,
+    #[serde(rename = "Holders", default)]
+    holders: Option<RawHolders>,
+}
+
+/// Consul's api writes a map; the Consul tutorial shows a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawHolders {
+    Map(BTreeMap<String, bool>),
+    List(Vec<String>),
+}
+
+impl LockState {
+    pub fn decode(value: &[u8], key: &str) -> Result<Option<LockState>> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        let raw: RawLock = serde_json::from_slice(value).map_err(|e| {
+            Error::Conflict(format!(
+                "{key} does not hold a semaphore description ({e}); refusing to touch it"
+            ))
+        })?;
+        let holders = match raw.holders {
+            None => BTreeMap::new(),
+            Some(RawHolders::Map(m)) => m.into_iter().filter(|(_, held)| *held).collect(),
+            Some(RawHolders::List(l)) => l.into_iter().map(|s| (s, true)).collect(),
+        };
+        Ok(Some(LockState {
+            limit: raw.limit,
+            holders,
+        }))
+    }
+
+    /// Same field order as Consul's api: `{"Limit":N,"Holders":{...}}`.
+    pub fn encode(&self) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            #[serde(rename = "Limit")]
+            limit: u32,
+            #[serde(rename = "Holders")]
+            holders: &'a BTreeMap<String, bool>,
+        }
+        serde_json::to_vec(&Wire {
+            limit: self.limit,
+            holders: &self.holders,
+        })
+        .expect("json")
+    }
+}
+
+/// One read of the whole prefix.
+struct View {
+    lock: Option<KvPair>,
+    state: LockState,
+    /// Contender keys whose session is alive: session -> CreateIndex.
+    contenders: BTreeMap<String, u64>,
+}
+
+impl Semaphore {
+    fn lock_key(&self) -> String {
+        format!("{}/{LOCK_KEY}", self.prefix)
+    }
+
+    fn contender_key(&self, session_id: &str) -> String {
+        format!("{}/{session_id}", self.prefix)
+    }
+
+    fn view(&self, pairs: Vec<KvPair>) -> Result<View> {
+        let lock_key = self.lock_key();
+        let mut lock = None;
+        let mut contenders = BTreeMap::new();
+        for p in pairs {
+            if p.key == lock_key {
+                lock = Some(p);
+            } else if p.flags == SEMAPHORE_FLAGS
+                && p.key.rsplit_once('/').map(|(d, _)| d) == Some(self.prefix.as_str())
+            {
+                if let Some(s) = p.holder() {
+                    contenders.insert(s.to_string(), p.create_index);
+                }
+            }
+        }
+        let state = match &lock {
+            Some(p) => {
+                if p.flags != SEMAPHORE_FLAGS {
+                    return Err(Error::Conflict(format!(
+                        "key {lock_key:?} exists but is not a semaphore (Flags {:#x}, expected {SEMAPHORE_FLAGS:#x}); refusing to touch it",
+                        p.flags
+                    )));
+                }
+                LockState::decode(p.value_bytes(), &lock_key)?
+            }
+            None => None,
+        };
+        let mut state = state.unwrap_or(LockState {
+            limit: self.limit,
+            holders: BTreeMap::new(),
+        });
+        if state.limit != self.limit {
+            return Err(Error::Conflict(format!(
+                "semaphore limit conflict (lock: {}, local: {})",
+                state.limit, self.limit
+            )));
+        }
+        // Holders whose contender key is gone are dead: their slot is free.
+        state.holders.retain(|s, _| contenders.contains_key(s));
+        Ok(View {
+            lock,
+            state,
+            contenders,
+        })
+    }
+
+    /// Writes `.lock` by CAS against what we read; false when someone else wrote first.
+    fn write_lock(&self, client: &Client, view: &View, state: &LockState) -> Result<bool> {
+        let cas = view.lock.as_ref().map_or(0, |p| p.modify_index);
+        let put = PutOptions {
+            flags: SEMAPHORE_FLAGS,
+            cas: Some(cas),
+            ..Default::default()
+        };
+        Ok(client.kv_put(&self.lock_key(), &state.encode(), put)?)
+    }
+
+    fn create_contender(&self, client: &Client, session: &Session) -> Result<()> {
+        loop {
+            let sid = session.id();
+            let put = PutOptions {
+                flags: SEMAPHORE_FLAGS,
+                acquire: Some(&sid),
+                ..Default::default()
+            };
+            match client.kv_put(&self.contender_key(&sid), &self.value, put) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    return Err(Error::Conflict(format!(
+                        "cannot create contender key {:?}",
+                        self.contender_key(&sid)
+                    )))
+                }
+                Err(e) if holder::is_invalid_session(&e) => session.recreate()?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Claim for Semaphore {
+    fn describe(&self) -> String {
+        format!("semaphore {:?} (limit {})", self.prefix, self.limit)
+    }
+
+    fn acquire(
+        &self,
+        client: &Client,
+        session: &Session,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>> {
+        self.create_contender(client, session)?;
+        let mut index = 0;
+        let mut wait_for = WATCH_WAIT;
+        loop {
+            if session.lost().is_some() {
+                session.recreate()?;
+                self.create_contender(client, session)?;
+            }
+            let sid = session.id();
+            let q = if index == 0 {
+                QueryOptions::default()
+            } else {
+                let left =
+                    deadline.map_or(wait_for, |d| d.saturating_duration_since(Instant::now()));
+                QueryOptions::blocking(index, wait_for.min(left))
+            };
+            let (pairs, meta) = match client.kv_list(&self.prefix, q) {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    ui::notice(format_args!("{e}; retrying"));
+                    if holder::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+                    index = 0;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let timed_out = index != 0 && meta.index == index;
+            index = next_index(index, meta.index);
+            let view = self.view(pairs)?;
+            if !view.contenders.contains_key(&sid) {
+                // Our contender key vanished (session invalidated, or an operator); start over.
+                if session.lost().is_none() {
+                    self.create_contender(client, session)?;
+                }
+                index = 0;
+                continue;
+            }
+            let free = (self.limit as usize).saturating_sub(view.state.holders.len());
+            if view.state.holders.contains_key(&sid) {
+                // We are in already (a CAS answer got lost); take it.
+                return Ok(Some(Held {
+                    lock_index: 1,
+                    modify_index: view.lock.as_ref().map_or(0, |p| p.modify_index),
+                }));
+            }
+            // First come, first served: only the oldest `free` waiters write, so a freed
+            // slot does not make every waiter rewrite `.lock` at once.
+            let rank = view
+                .contenders
+                .iter()
+                .filter(|(s, _)| !view.state.holders.contains_key(*s))
+                .filter(|(_, &created)| created < view.contenders[&sid])
+                .count();
+            wait.holder(Some(format!(
+                "{} of {} slots",
+                view.state.holders.len(),
+                self.limit
+            )));
+            // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
+            let my_turn = rank < free || timed_out || holder::deadline_passed(deadline);
+            if free > 0 && my_turn {
+                let mut state = view.state.clone();
+                state.holders.insert(sid.clone(), true);
+                if self.write_lock(client, &view, &state)? {
+                    // Read back the ModifyIndex we produced: the fencing token.
+                    let (lock, _) = client.kv_get(&self.lock_key(), QueryOptions::default())?;
+                    let modify_index = lock.map_or(0, |p| p.modify_index);
+                    return Ok(Some(Held {
+                        lock_index: 1,
+                        modify_index,
+                    }));
+                }
+                // Lost a CAS race: read again at once.
+                index = 0;
+                wait_for = WATCH_WAIT;
+                continue;
+            }
+            if holder::deadline_passed(deadline) {
+                return Ok(None);
+            }
+            wait_for = if free > 0 {
+                NOT_MY_TURN_WAIT * (1 + (rank - free) as u32).min(20)
+            } else {
+                WATCH_WAIT
+            };
+        }
+    }
+
+    fn monitor(
+        &self,
+        client: Client,
+        session_id: String,
+        held: Held,
+        policy: MonitorPolicy,
+        events: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) {
+        let mut index = held.modify_index;
+        let mut failures = 0u32;
+        let lock_key = self.lock_key();
+        let my_key = self.contender_key(&session_id);
+        while !stop.load(Ordering::SeqCst) {
+            let lost = match client.kv_list(&self.prefix, QueryOptions::blocking(index, WATCH_WAIT))
+            {
+                Ok((pairs, meta)) => {
+                    failures = 0;
+                    index = next_index(index, meta.index);
+                    let mine = pairs.iter().find(|p| p.key == my_key);
+                    let lock = pairs.iter().find(|p| p.key == lock_key);
+                    let in_holders = lock
+                        .and_then(|p| LockState::decode(p.value_bytes(), &lock_key).ok().flatten())
+                        .is_some_and(|s| s.holders.contains_key(&session_id));
+                    if mine.and_then(|p| p.holder()) != Some(session_id.as_str()) {
+                        Some(
+                            "our contender key is gone (session invalidated or destroyed)"
+                                .to_string(),
+                        )
+                    } else if !in_holders {
+                        Some(format!(
+                            "our session was removed from the holders in {lock_key}"
+                        ))
+                    } else {
+                        None
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures > policy.retries {
+                        Some(format!(
+                            "cannot read the semaphore after {failures} tries: {e}"
+                        ))
+                    } else {
+                        ui::verbose(format_args!(
+                            "watching the semaphore failed ({e}); retry {failures} of {}",
+                            policy.retries
+                        ));
+                        std::thread::sleep(policy.retry_time);
+                        None
+                    }
+                }
+            };
+            if let Some(reason) = lost {
+                if !stop.load(Ordering::SeqCst) {
+                    let _ = events.send(Event::Lost(reason));
+                }
+                return;
+            }
+        }
+    }
+
+    fn release(&self, client: &Client, session_id: &str) {
+        let lock_key = self.lock_key();
+        for _ in 0..100 {
+            let Ok((lock, _)) = client.kv_get(&lock_key, QueryOptions::default()) else {
+                break;
+            };
+            let Some(lock) = lock else { break };
+            let Ok(Some(mut state)) = LockState::decode(lock.value_bytes(), &lock_key) else {
+                break;
+            };
+            if lock.flags != SEMAPHORE_FLAGS || !state.holders.contains_key(session_id) {
+                break;
+            }
+            state.holders.remove(session_id);
+            let done = if state.holders.is_empty() {
+                // Only by CAS: a newcomer that just joined keeps its `.lock`.
+                client.kv_delete(&lock_key, Some(lock.modify_index), false)
+            } else {
+                let put = PutOptions {
+                    flags: SEMAPHORE_FLAGS,
+                    cas: Some(lock.modify_index),
+                    ..Default::default()
+                };
+                client.kv_put(&lock_key, &state.encode(), put)
+            };
+            match done {
+                Ok(true) => {
+                    ui::verbose(format_args!("released a slot of {}", self.describe()));
+                    break;
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    ui::warn(format_args!(
+                        "could not update {lock_key}: {e}; the slot frees when the session ends"
+                    ));
+                    break;
+                }
+            }
+        }
+        let _ = client.kv_delete(&self.contender_key(session_id), None, false);
+        // If nobody holds a slot any more, remove an empty `.lock` left by a pruned holder.
+        if let Ok((Some(lock), _)) = client.kv_get(&lock_key, QueryOptions::default()) {
+            if let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) {
+                if let Ok(view) = self.view(pairs) {
+                    if view.state.holders.is_empty() && view.contenders.is_empty() {
+                        let _ = client.kv_delete(&lock_key, Some(lock.modify_index), false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn guardian_info(&self) -> ClaimInfo {
+        ClaimInfo::Semaphore {
+            prefix: self.prefix.clone(),
+            limit: self.limit,
+        }
+    }
+
+    fn env(&self, _held: &Held, session_id: &str) -> Vec<(String, String)> {
+        vec![
+            ("CONLOCK_KEY".to_string(), self.contender_key(session_id)),
+            ("CONLOCK_PREFIX".to_string(), self.prefix.clone()),
+            ("CONLOCK_LIMIT".to_string(), self.limit.to_string()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_map_and_list_holders() {
+        let s = LockState::decode(br#"{"Limit":2,"Holders":{"a":true,"b":true}}"#, "k")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.limit, 2);
+        assert_eq!(s.holders.keys().collect::<Vec<_>>(), ["a", "b"]);
+        let s = LockState::decode(br#"{"Limit":3,"Holders":["x"]}"#, "k")
+            .unwrap()
+            .unwrap();
+        assert!(s.holders.contains_key("x"));
+        assert_eq!(LockState::decode(b"", "k").unwrap(), None);
+        assert!(matches!(
+            LockState::decode(b"{not json", "k"),
+            Err(Error::Conflict(_))
+        ));
+    }
+
+    #[test]
+    fn encodes_like_consul_api() {
+        let mut holders = BTreeMap::new();
+        holders.insert("s1".to_string(), true);
+        let s = LockState { limit: 2, holders };
+        assert_eq!(s.encode(), br#"{"Limit":2,"Holders":{"s1":true}}"#.to_vec());
+    }
+}

@@ -1,0 +1,124 @@
+//! Messages on stderr: errors always, progress with -v, nothing extra with -q.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Quiet = 0,
+    Normal = 1,
+    Verbose = 2,
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Normal as u8);
+
+pub fn set_level(level: Level) {
+    LEVEL.store(level as u8, Ordering::Relaxed);
+}
+
+pub fn level() -> Level {
+    match LEVEL.load(Ordering::Relaxed) {
+        0 => Level::Quiet,
+        1 => Level::Normal,
+        _ => Level::Verbose,
+    }
+}
+
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// An error line; always shown.
+pub fn error(msg: impl std::fmt::Display) {
+    clear_status();
+    let _ = writeln!(std::io::stderr(), "conlock: error: {msg}");
+}
+
+/// A warning; hidden by -q.
+pub fn warn(msg: impl std::fmt::Display) {
+    if level() >= Level::Normal {
+        clear_status();
+        let _ = writeln!(std::io::stderr(), "conlock: warning: {msg}");
+    }
+}
+
+/// A notable event (lock lost, retries); hidden by -q.
+pub fn notice(msg: impl std::fmt::Display) {
+    if level() >= Level::Normal {
+        clear_status();
+        let _ = writeln!(std::io::stderr(), "conlock: {msg}");
+    }
+}
+
+/// A timestamped progress line; only with -v.
+pub fn verbose(msg: impl std::fmt::Display) {
+    if level() >= Level::Verbose {
+        clear_status();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{} conlock: {msg}",
+            timestamp(SystemTime::now())
+        );
+    }
+}
+
+static STATUS_SHOWN: AtomicU8 = AtomicU8::new(0);
+
+/// Rewrites the single waiting-status line on a terminal.
+pub fn status_line(msg: &str) {
+    if level() >= Level::Normal && stderr_is_terminal() {
+        let _ = write!(std::io::stderr(), "\r\x1b[2K{msg}");
+        STATUS_SHOWN.store(1, Ordering::Relaxed);
+    }
+}
+
+pub fn clear_status() {
+    if STATUS_SHOWN.swap(0, Ordering::Relaxed) == 1 {
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    }
+}
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-11-21T13:52:49.123Z`.
+pub fn timestamp(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, dd) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_utc_timestamps() {
+        assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_268_726_123);
+        assert_eq!(timestamp(t), "2026-11-21T13:45:26.123Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(timestamp(leap), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,290 @@
+//! Reliability under faults, and bad input (issue 7).
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use conlock::consul::{QueryOptions, SessionRequest};
+use conlock::devserver::{DevServer, Options};
+
+use crate::common::start_server;
+use crate::harness::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn start_holder(server: &DevServer, key: &str, extra: &[&str], cmd: &str) -> std::process::Child {
+    let child = conlock(server)
+        .args(["run", "--key", key])
+        .args(extra)
+        .args(["--", "sh", "-c", cmd])
+        .spawn()
+        .unwrap();
+    let c = client(server);
+    assert!(wait_for(LONG, || holder(&c, key).is_some()), "holder never acquired {key}");
+    child
+}
+
+#[test]
+fn hang_stops_the_child_before_the_ttl_could_expire() {
+    let server = start_server();
+    let dir = scratch("hang");
+    let mark = dir.join("stopped");
+    let cmd = format!("trap 'date +%s%N > {}; exit 0' TERM; sleep 600 & wait $!", mark.display());
+    // TTL 10s: renewals every 5 s, local deadline 10 s - 1 s margin after the last renewal sent.
+    let mut h = start_holder(&server, "hang", &["--ttl", "10s", "--monitor-retry", "1000"], &cmd);
+    let hung_at = std::time::SystemTime::now();
+    fault(&server, "hang", "30s");
+    let st = wait_exit(&mut h, LONG);
+    assert_eq!(st.code(), Some(124));
+    let stopped_ns: u128 = read(&mark).trim().parse().unwrap();
+    let hung_ns = hung_at.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let after = Duration::from_nanos((stopped_ns - hung_ns) as u64);
+    // The last renewal reached the server at most ~5 s before the hang began; the server
+    // cannot invalidate before TTL (10 s) after it. We must have stopped by then.
+    assert!(after < Duration::from_secs(10), "child stopped {after:?} after the hang began");
+    fault(&server, "none", "0s");
+}
+
+#[test]
+fn server_restart_loses_the_holder_and_a_waiter_reconnects() {
+    let mut server = start_server();
+    let addr = server.addr();
+    let dir = scratch("restart");
+    let b_ran = dir.join("b");
+    let mut a = start_holder(&server, "restart", &[], "sleep 600");
+    let mut b = conlock(&server)
+        .args(["run", "--key", "restart", "--", "sh", "-c"])
+        .arg(format!("touch {}", b_ran.display()))
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(wait_for(LONG, || c.session_list(QueryOptions::default()).unwrap().0.len() == 2));
+    server.shutdown();
+    // Bring a fresh, empty server up on the same address.
+    let mut restarted = None;
+    assert!(wait_for(LONG, || {
+        restarted = DevServer::start(Options {
+            addr,
+            session_ttl_min: Duration::from_secs(1),
+            acl_token: None,
+            node_name: "restarted".into(),
+        })
+        .ok();
+        restarted.is_some()
+    }));
+    server = restarted.unwrap();
+    assert_eq!(wait_exit(&mut a, LONG).code(), Some(124), "the holder must notice its lock is gone");
+    assert!(wait_exit(&mut b, LONG).success(), "the waiter must acquire on the new server");
+    assert!(b_ran.exists());
+    drop(server);
+}
+
+#[test]
+fn dropped_connections_are_not_a_loss() {
+    let server = start_server();
+    let mut h = start_holder(
+        &server,
+        "drops",
+        &["--monitor-retry", "3", "--monitor-retry-time", "1s"],
+        "sleep 5",
+    );
+    // Let the monitor sit in its blocking query, then cut connections for a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    fault(&server, "drop", "1s");
+    assert_eq!(wait_exit(&mut h, LONG).code(), Some(0), "a dropped connection was taken for a loss");
+}
+
+#[test]
+fn expiry_through_the_control_endpoint_stops_the_child() {
+    let server = start_server();
+    let mut h = start_holder(&server, "expiry", &["--lock-delay", "0s"], "sleep 600");
+    let session = holder(&client(&server), "expiry").unwrap();
+    assert!(server.expire_session(&session));
+    assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
+}
+
+#[test]
+fn child_ignoring_sigterm_is_killed_after_grace_and_lock_released_after() {
+    let server = start_server();
+    let dir = scratch("stubborn");
+    let pidfile = dir.join("pid");
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pidfile.display());
+    let mut a = start_holder(&server, "stubborn", &["--kill-grace", "1s"], &cmd);
+    assert!(wait_for(LONG, || read(&pidfile).trim().parse::<i32>().is_ok()));
+    let child: i32 = read(&pidfile).trim().parse().unwrap();
+    // B waits; when it starts, it records whether A's child still exists.
+    let out = dir.join("next");
+    let mut b = conlock(&server)
+        .args(["run", "--key", "stubborn", "--", "sh", "-c"])
+        .arg(format!("kill -0 {child} 2>/dev/null && echo ALIVE > {o} || echo GONE > {o}", o = out.display()))
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(wait_for(LONG, || c.session_list(QueryOptions::default()).unwrap().0.len() == 2));
+    let t = Instant::now();
+    signal(a.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut a, LONG).code(), Some(128 + 9), "the child died of the SIGKILL");
+    assert!(t.elapsed() >= Duration::from_secs(1), "SIGKILL came before the grace period");
+    assert!(wait_exit(&mut b, LONG).success());
+    assert_eq!(read(&out).trim(), "GONE", "the lock was released while the child still ran");
+    assert!(!process_alive(child));
+}
+
+#[test]
+fn wrapper_death_kills_group_and_frees_the_lock_at_once() {
+    let server = start_server();
+    let dir = scratch("wrapper");
+    let pidfile = dir.join("pid");
+    // A lock-delay of 60 s: if the lock were freed by session invalidation, the next
+    // holder would wait a minute. The guardian releases it voluntarily instead.
+    let cmd = format!("echo $$ > {}; sleep 600", pidfile.display());
+    let mut h = start_holder(&server, "wrapper", &["--lock-delay", "60s"], &cmd);
+    assert!(wait_for(LONG, || read(&pidfile).trim().parse::<i32>().is_ok()));
+    let child: i32 = read(&pidfile).trim().parse().unwrap();
+    signal(h.id(), libc::SIGKILL);
+    wait_exit(&mut h, LONG);
+    assert!(wait_for(Duration::from_secs(10), || !group_alive(child)), "the child's group survived");
+    let c = client(&server);
+    assert!(wait_for(LONG, || c.session_list(QueryOptions::default()).unwrap().0.is_empty()));
+    let t = Instant::now();
+    let st = conlock(&server).args(["run", "--key", "wrapper", "--timeout", "20s", "--", "true"]).status().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+/// A fake "Consul" answering every request with the same canned response.
+fn fake_server(response: &'static str) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(response.as_bytes());
+        }
+    });
+    addr
+}
+
+#[test]
+fn html_or_invalid_json_answers_are_clear_errors() {
+    for (resp, expect) in [
+        (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 26\r\nConnection: close\r\n\r\n<html>login portal</html>\n",
+            "text/html",
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\nConnection: close\r\n\r\n{\"ID\": 12",
+            "invalid JSON",
+        ),
+    ] {
+        let addr = fake_server(resp);
+        let out = std::process::Command::new(BIN)
+            .env("CONSUL_HTTP_ADDR", &addr)
+            .args(["run", "--key", "k", "--", "true"])
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains(expect) && err.contains(&addr), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    }
+}
+
+#[test]
+fn unreadable_token_and_ca_files_are_clear_errors() {
+    let server = start_server();
+    for (var, expect) in [
+        ("CONSUL_HTTP_TOKEN_FILE", "token file"),
+        ("CONSUL_CACERT", "CONSUL_CACERT"),
+    ] {
+        let out = conlock(&server)
+            .env(var, "/nonexistent/file")
+            .args(["run", "--key", "k", "--", "true"])
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{var}: {err}");
+        assert!(err.contains(expect) && err.contains("/nonexistent/file"), "{var}: {err}");
+    }
+}
+
+#[test]
+fn https_with_the_wrong_ca_is_refused() {
+    let dir = scratch("tls");
+    let gen = |name: &str| {
+        let st = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(dir.join(format!("{name}.key")))
+            .arg("-out")
+            .arg(dir.join(format!("{name}.pem")))
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is needed for this test");
+        assert!(st.success());
+    };
+    gen("server");
+    gen("other");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut tls = std::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept", &port.to_string()])
+        .arg("-cert")
+        .arg(dir.join("server.pem"))
+        .arg("-key")
+        .arg(dir.join("server.key"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()));
+    let out = std::process::Command::new(BIN)
+        .env("CONSUL_HTTP_ADDR", format!("https://127.0.0.1:{port}"))
+        .env("CONSUL_CACERT", dir.join("other.pem"))
+        .args(["run", "--key", "k", "--", "true"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let _ = tls.kill();
+    let _ = tls.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("certificate") && err.contains("CONSUL_CACERT"), "{err}");
+}
+
+#[test]
+fn keys_with_spaces_unicode_and_leading_slash() {
+    let server = start_server();
+    let c = client(&server);
+    for (given, stored) in [("/lead/slash", "lead/slash"), ("with space/k", "with space/k"), ("ünï/☃", "ünï/☃")] {
+        let dir = scratch("keys");
+        let out = dir.join("key");
+        let st = conlock(&server)
+            .args(["run", "--key", given, "--", "sh", "-c"])
+            .arg(format!("printf %s \"$CONLOCK_KEY\" > {}", out.display()))
+            .status()
+            .unwrap();
+        assert!(st.success(), "{given}");
+        assert_eq!(read(&out), stored);
+    }
+    // The client round-trips such keys exactly.
+    let s = c
+        .session_create(&SessionRequest {
+            name: "k".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let put = conlock::consul::PutOptions {
+        acquire: Some(&s),
+        ..Default::default()
+    };
+    assert!(c.kv_put("a b/ü?&#%", b"v", put).unwrap());
+    let (pair, _) = c.kv_get("a b/ü?&#%", QueryOptions::default()).unwrap();
+    assert_eq!(pair.unwrap().key, "a b/ü?&#%");
+}

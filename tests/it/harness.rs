@@ -1,0 +1,165 @@
+//! Helpers to drive the real conlock binary against an in-process dev server.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use conlock::consul::{Client, ConnConfig, ConnFlags, QueryOptions};
+use conlock::devserver::DevServer;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_conlock");
+
+/// A conlock command aimed at `server`, with no Consul settings inherited from the caller.
+pub fn conlock(server: &DevServer) -> Command {
+    let mut c = Command::new(BIN);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("CONSUL_HTTP_ADDR", server.addr().to_string());
+    c.stdin(Stdio::null());
+    c
+}
+
+pub fn client(server: &DevServer) -> Client {
+    let flags = ConnFlags {
+        http_addr: Some(server.addr().to_string()),
+        ..Default::default()
+    };
+    let cfg = ConnConfig::resolve(&flags, &|_| None).unwrap();
+    Client::new(cfg).unwrap()
+}
+
+/// Polls `cond` every 10 ms until it holds or `within` passes.
+pub fn wait_for(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for a child process with a generous deadline; kills it if it overstays.
+pub fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            panic!("process {} did not exit within {within:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A fresh scratch directory under the target dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{}", std::process::id(), unique()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The current holder session of a key, if any.
+pub fn holder(c: &Client, key: &str) -> Option<String> {
+    c.kv_get(key, QueryOptions::default())
+        .unwrap()
+        .0
+        .and_then(|p| p.holder().map(str::to_string))
+}
+
+/// True while some process of group `pgid` exists.
+pub fn group_alive(pgid: i32) -> bool {
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+pub fn process_alive(pid: i32) -> bool {
+    // A zombie counts as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+pub fn signal(pid: u32, sig: i32) {
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Sets a dev-server fault through its control endpoint.
+pub fn fault(server: &DevServer, mode: &str, dur: &str) {
+    let url = format!("http://{}/v1/conlock-dev/fault?mode={mode}&for={dur}", server.addr());
+    let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+    agent.put(&url).send_empty().expect("fault endpoint answers");
+}
+
+/// Intervals `[start, end]` (ns) written by children as `S <ns>` / `E <ns>` lines in order.
+pub fn intervals(log: &str) -> Vec<(u128, u128)> {
+    let mut out = Vec::new();
+    let mut open: std::collections::HashMap<String, u128> = Default::default();
+    for line in log.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() != 3 {
+            continue;
+        }
+        let t: u128 = parts[2].parse().unwrap();
+        match parts[0] {
+            "S" => {
+                open.insert(parts[1].to_string(), t);
+            }
+            "E" => {
+                if let Some(s) = open.remove(parts[1]) {
+                    out.push((s, t));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The largest number of intervals that overlap at one instant.
+pub fn max_overlap(intervals: &[(u128, u128)]) -> usize {
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    for &(s, e) in intervals {
+        events.push((s, 1));
+        events.push((e, -1));
+    }
+    // Ends sort before starts at the same instant.
+    events.sort();
+    let (mut cur, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    max as usize
+}
+
+/// A shell snippet that logs start and end (ns timestamps) to `log`, with `body` between.
+pub fn logged_job(log: &Path, body: &str) -> String {
+    let log = log.display();
+    format!(
+        "id=$$; echo \"S $id $(date +%s%N)\" >> {log}; {body}; echo \"E $id $(date +%s%N)\" >> {log}"
+    )
+}
