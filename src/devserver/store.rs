@@ -1,0 +1,557 @@
+//! The in-memory state: KV entries with tombstones, sessions, lock-delays and
+//! the raft-like indexes, with Consul 1.0.8's state-store semantics.
+//!
+//! Every operation that real Consul sends through raft consumes one index from
+//! the global counter, even when it fails inside the state store or changes
+//! nothing (a failed CAS, an acquire with an unknown session, destroying an
+//! unknown session). The KV and session "tables" remember the index of their
+//! last real change.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use super::gojson::J;
+use super::gostd::{strconv_quote, uuid_index_parse};
+use base64::Engine as _;
+
+/// Consul's `structs.MaxLockDelay`.
+const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+/// Consul's `structs.SessionTTLMultiplier`.
+const TTL_MULTIPLIER: u32 = 2;
+/// The raft index a fresh dev agent has reached before serving requests.
+const INITIAL_RAFT_INDEX: u64 = 5;
+
+#[derive(Debug, Clone)]
+pub struct KvEntry {
+    pub lock_index: u64,
+    pub flags: u64,
+    pub value: Vec<u8>,
+    pub session: Option<String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    Release,
+    Delete,
+}
+
+impl Behavior {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behavior::Release => "release",
+            Behavior::Delete => "delete",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub name: String,
+    pub node: String,
+    pub checks: Option<Vec<String>>,
+    pub lock_delay_ns: i64,
+    pub behavior: Behavior,
+    pub ttl: String,
+    pub create_index: u64,
+    pub modify_index: u64,
+    /// Parsed non-zero TTL; the session is invalidated 2 × TTL after the last
+    /// renewal.
+    pub ttl_dur: Option<Duration>,
+    pub expires_at: Option<Instant>,
+}
+
+/// What a session create asks for (already validated by the endpoint).
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: String,
+    pub name: String,
+    pub node: String,
+    pub checks: Option<Vec<String>>,
+    pub lock_delay_ns: i64,
+    pub behavior: Behavior,
+    pub ttl: String,
+    pub ttl_dur: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    raft_index: u64,
+    kvs_index: u64,
+    sessions_index: u64,
+    kv: BTreeMap<String, KvEntry>,
+    tombstones: BTreeMap<String, u64>,
+    sessions: BTreeMap<String, Session>,
+    lock_delay: HashMap<String, Instant>,
+    node_name: String,
+}
+
+/// Looks up a session the way go-memdb's UUID index does. `Err` carries the
+/// "failed session lookup: ..." text.
+fn lookup_key(id: &str) -> Result<Option<String>, String> {
+    uuid_index_parse(id).map_err(|e| format!("failed session lookup: index error: {e}"))
+}
+
+impl Store {
+    pub fn new(node_name: &str) -> Store {
+        Store {
+            raft_index: INITIAL_RAFT_INDEX,
+            kvs_index: 0,
+            sessions_index: 0,
+            kv: BTreeMap::new(),
+            tombstones: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            lock_delay: HashMap::new(),
+            node_name: node_name.to_string(),
+        }
+    }
+
+    fn next_index(&mut self) -> u64 {
+        self.raft_index += 1;
+        self.raft_index
+    }
+
+    pub fn kv_count(&self) -> usize {
+        self.kv.len()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    // ----- KV reads -------------------------------------------------------
+
+    /// Index reported for a missing key / an empty listing (never 0).
+    pub fn kvs_table_index(&self) -> u64 {
+        self.kvs_index.max(1)
+    }
+
+    pub fn kv_get(&self, key: &str) -> Option<&KvEntry> {
+        self.kv.get(key)
+    }
+
+    /// Index a single-key GET reports: the entry's ModifyIndex, else the table
+    /// index.
+    pub fn kv_get_index(&self, key: &str) -> u64 {
+        match self.kv.get(key) {
+            Some(e) => e.modify_index,
+            None => self.kvs_table_index(),
+        }
+    }
+
+    /// Changes when `key` is created, modified or deleted.
+    pub fn kv_key_stamp(&self, key: &str) -> u64 {
+        match self.kv.get(key) {
+            Some(e) => e.modify_index,
+            None => self.tombstones.get(key).copied().unwrap_or(0),
+        }
+    }
+
+    fn range<'a, T>(
+        map: &'a BTreeMap<String, T>,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a T)> + 'a {
+        map.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ))
+        .take_while(move |(k, _)| k.starts_with(prefix))
+    }
+
+    pub fn kv_list<'a>(&'a self, prefix: &'a str) -> Vec<(&'a String, &'a KvEntry)> {
+        Self::range(&self.kv, prefix).collect()
+    }
+
+    /// Max ModifyIndex under `prefix`, including tombstones: changes whenever
+    /// anything under the prefix changes.
+    pub fn kv_prefix_stamp(&self, prefix: &str) -> u64 {
+        if prefix.is_empty() {
+            return self.kvs_index;
+        }
+        let live = Self::range(&self.kv, prefix)
+            .map(|(_, e)| e.modify_index)
+            .max()
+            .unwrap_or(0);
+        let dead = Self::range(&self.tombstones, prefix)
+            .map(|(_, &i)| i)
+            .max()
+            .unwrap_or(0);
+        live.max(dead)
+    }
+
+    /// Index a recurse/keys listing reports (Consul's `kvsListTxn`).
+    pub fn kv_list_index(&self, prefix: &str) -> u64 {
+        let sub = self.kv_prefix_stamp(prefix);
+        if sub != 0 {
+            sub
+        } else {
+            self.kvs_table_index()
+        }
+    }
+
+    pub fn kv_keys(&self, prefix: &str, sep: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut last: Option<String> = None;
+        for (k, _) in Self::range(&self.kv, prefix) {
+            if sep.is_empty() {
+                keys.push(k.clone());
+                continue;
+            }
+            let after = &k[prefix.len()..];
+            if let Some(i) = after.find(sep) {
+                let folded = k[..prefix.len() + i + sep.len()].to_string();
+                if last.as_deref() != Some(folded.as_str()) {
+                    keys.push(folded.clone());
+                    last = Some(folded);
+                }
+            } else {
+                keys.push(k.clone());
+            }
+        }
+        keys
+    }
+
+    // ----- KV writes ------------------------------------------------------
+
+    fn touch_kvs(&mut self, idx: u64) {
+        self.kvs_index = self.kvs_index.max(idx);
+    }
+
+    fn set_entry(&mut self, idx: u64, key: &str, mut e: KvEntry, update_session: bool) {
+        let existing = self.kv.get(key);
+        e.create_index = existing.map(|x| x.create_index).unwrap_or(idx);
+        e.modify_index = idx;
+        if !update_session {
+            e.session = existing.and_then(|x| x.session.clone());
+        }
+        self.tombstones.remove(key);
+        self.kv.insert(key.to_string(), e);
+        self.touch_kvs(idx);
+    }
+
+    fn delete_entry(&mut self, idx: u64, key: &str) -> bool {
+        if self.kv.remove(key).is_some() {
+            self.tombstones.insert(key.to_string(), idx);
+            self.touch_kvs(idx);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fresh(flags: u64, value: Vec<u8>) -> KvEntry {
+        KvEntry {
+            lock_index: 0,
+            flags,
+            value,
+            session: None,
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+
+    /// Plain PUT: LockIndex is reset to 0 but the Session is kept.
+    pub fn kv_set(&mut self, key: &str, flags: u64, value: Vec<u8>) -> bool {
+        let idx = self.next_index();
+        self.set_entry(idx, key, Self::fresh(flags, value), false);
+        true
+    }
+
+    pub fn kv_cas(&mut self, key: &str, flags: u64, value: Vec<u8>, cas: u64) -> bool {
+        let idx = self.next_index();
+        let ok = match self.kv.get(key) {
+            None => cas == 0,
+            Some(e) => cas != 0 && cas == e.modify_index,
+        };
+        if ok {
+            self.set_entry(idx, key, Self::fresh(flags, value), false);
+        }
+        ok
+    }
+
+    /// `?acquire=`. `Err` is a 500 text.
+    pub fn kv_lock(
+        &mut self,
+        key: &str,
+        flags: u64,
+        value: Vec<u8>,
+        session: &str,
+        now: Instant,
+    ) -> Result<bool, String> {
+        // Lock-delay is enforced before raft: no index is consumed.
+        if let Some(&until) = self.lock_delay.get(key) {
+            if until > now {
+                return Ok(false);
+            }
+        }
+        let idx = self.next_index();
+        if session.is_empty() {
+            return Err("missing session".to_string());
+        }
+        let sid = match lookup_key(session)? {
+            Some(id) if self.sessions.contains_key(&id) => id,
+            _ => return Err(format!("invalid session {}", strconv_quote(session))),
+        };
+        let mut e = Self::fresh(flags, value);
+        e.session = Some(sid.clone());
+        match self.kv.get(key) {
+            Some(old) if old.session.as_deref() == Some(sid.as_str()) => {
+                e.lock_index = old.lock_index;
+            }
+            Some(old) if old.session.is_some() => return Ok(false),
+            Some(old) => e.lock_index = old.lock_index + 1,
+            None => e.lock_index = 1,
+        }
+        self.set_entry(idx, key, e, true);
+        Ok(true)
+    }
+
+    /// `?release=`. `Err` is a 500 text.
+    pub fn kv_unlock(
+        &mut self,
+        key: &str,
+        flags: u64,
+        value: Vec<u8>,
+        session: &str,
+    ) -> Result<bool, String> {
+        let idx = self.next_index();
+        if session.is_empty() {
+            return Err("missing session".to_string());
+        }
+        let wanted = match uuid_index_parse(session) {
+            Ok(Some(id)) => id,
+            _ => session.to_string(),
+        };
+        let lock_index = match self.kv.get(key) {
+            Some(old) if old.session.as_deref() == Some(wanted.as_str()) => old.lock_index,
+            _ => return Ok(false),
+        };
+        let mut e = Self::fresh(flags, value);
+        e.lock_index = lock_index;
+        self.set_entry(idx, key, e, true);
+        Ok(true)
+    }
+
+    pub fn kv_delete(&mut self, key: &str) -> bool {
+        let idx = self.next_index();
+        self.delete_entry(idx, key);
+        true
+    }
+
+    pub fn kv_delete_cas(&mut self, key: &str, cas: u64) -> bool {
+        let idx = self.next_index();
+        match self.kv.get(key) {
+            None => true,
+            Some(e) if e.modify_index != cas => false,
+            Some(_) => self.delete_entry(idx, key),
+        }
+    }
+
+    pub fn kv_delete_tree(&mut self, prefix: &str) -> bool {
+        let idx = self.next_index();
+        let keys: Vec<String> = Self::range(&self.kv, prefix)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.delete_entry(idx, &k);
+        }
+        true
+    }
+
+    // ----- sessions -------------------------------------------------------
+
+    pub fn sessions_table_index(&self) -> u64 {
+        self.sessions_index.max(1)
+    }
+
+    /// Changes whenever the sessions table changes.
+    pub fn sessions_stamp(&self) -> u64 {
+        self.sessions_index
+    }
+
+    pub fn session_exists(&self, canonical_id: &str) -> bool {
+        self.sessions.contains_key(canonical_id)
+    }
+
+    /// Consumes a raft index, then runs the state-store checks. `Err` is a
+    /// 500 text.
+    pub fn session_create(&mut self, s: NewSession, now: Instant) -> Result<String, String> {
+        let idx = self.next_index();
+        if !s.node.eq_ignore_ascii_case(&self.node_name) {
+            return Err("Missing node registration".to_string());
+        }
+        for check in s.checks.iter().flatten() {
+            if !check.eq_ignore_ascii_case("serfHealth") {
+                return Err(format!("Missing check '{check}' registration"));
+            }
+        }
+        let id = s.id.clone();
+        let sess = Session {
+            id: s.id,
+            name: s.name,
+            node: s.node,
+            checks: s.checks,
+            lock_delay_ns: s.lock_delay_ns,
+            behavior: s.behavior,
+            ttl: s.ttl,
+            create_index: idx,
+            modify_index: idx,
+            ttl_dur: s.ttl_dur,
+            expires_at: s.ttl_dur.map(|t| now + t * TTL_MULTIPLIER),
+        };
+        self.sessions.insert(id.clone(), sess);
+        self.sessions_index = idx;
+        Ok(id)
+    }
+
+    /// Session lookup by a client-supplied ID. `Err` is a 500 text.
+    pub fn session_get(&self, id: &str) -> Result<Option<&Session>, String> {
+        Ok(lookup_key(id)?.and_then(|k| self.sessions.get(&k)))
+    }
+
+    pub fn session_list(&self) -> Vec<&Session> {
+        self.sessions.values().collect()
+    }
+
+    pub fn node_sessions(&self, node: &str) -> Vec<&Session> {
+        self.sessions
+            .values()
+            .filter(|s| s.node.eq_ignore_ascii_case(node))
+            .collect()
+    }
+
+    /// Renew: resets the TTL timer; no index change.
+    pub fn session_renew(&mut self, id: &str, now: Instant) -> Result<Option<&Session>, String> {
+        let key = match lookup_key(id)? {
+            Some(k) => k,
+            None => return Ok(None),
+        };
+        match self.sessions.get_mut(&key) {
+            Some(s) => {
+                if let Some(t) = s.ttl_dur {
+                    s.expires_at = Some(now + t * TTL_MULTIPLIER);
+                }
+                Ok(Some(&*s))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// `PUT /v1/session/destroy/<id>`: consumes an index even when the session
+    /// does not exist. `Err` is a 500 text.
+    pub fn session_destroy(&mut self, id: &str, now: Instant) -> Result<(), String> {
+        let idx = self.next_index();
+        if let Some(key) = lookup_key(id)? {
+            self.invalidate(idx, &key, now);
+        }
+        Ok(())
+    }
+
+    /// Invalidates a session now, as a TTL expiry would. Returns whether it
+    /// existed.
+    pub fn session_expire(&mut self, id: &str, now: Instant) -> bool {
+        let key = match lookup_key(id) {
+            Ok(Some(k)) if self.sessions.contains_key(&k) => k,
+            _ => return false,
+        };
+        let idx = self.next_index();
+        self.invalidate(idx, &key, now)
+    }
+
+    fn invalidate(&mut self, idx: u64, key: &str, now: Instant) -> bool {
+        let sess = match self.sessions.remove(key) {
+            Some(s) => s,
+            None => return false,
+        };
+        self.sessions_index = idx;
+        let delay = if sess.lock_delay_ns > 0 {
+            Duration::from_nanos(sess.lock_delay_ns as u64).min(MAX_LOCK_DELAY)
+        } else {
+            Duration::ZERO
+        };
+        let held: Vec<String> = self
+            .kv
+            .iter()
+            .filter(|(_, e)| e.session.as_deref() == Some(key))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in held {
+            match sess.behavior {
+                Behavior::Release => {
+                    if let Some(mut e) = self.kv.get(&k).cloned() {
+                        e.session = None;
+                        self.set_entry(idx, &k, e, true);
+                    }
+                }
+                Behavior::Delete => {
+                    self.delete_entry(idx, &k);
+                }
+            }
+            if !delay.is_zero() {
+                self.lock_delay.insert(k, now + delay);
+            }
+        }
+        true
+    }
+
+    /// Invalidates every TTL session whose deadline has passed; returns how
+    /// many. Also forgets lock-delays that are over.
+    pub fn reap(&mut self, now: Instant) -> usize {
+        let due: Vec<String> = self
+            .sessions
+            .values()
+            .filter(|s| s.expires_at.is_some_and(|t| t <= now))
+            .map(|s| s.id.clone())
+            .collect();
+        for id in &due {
+            let idx = self.next_index();
+            self.invalidate(idx, id, now);
+        }
+        self.lock_delay.retain(|_, until| *until > now);
+        due.len()
+    }
+}
+
+pub fn kv_json(key: &str, e: &KvEntry) -> J {
+    let mut fields = vec![
+        ("LockIndex".to_string(), J::U(e.lock_index)),
+        ("Key".to_string(), J::s(key)),
+        ("Flags".to_string(), J::U(e.flags)),
+        (
+            "Value".to_string(),
+            if e.value.is_empty() {
+                J::Null
+            } else {
+                J::S(base64::engine::general_purpose::STANDARD.encode(&e.value))
+            },
+        ),
+    ];
+    if let Some(s) = &e.session {
+        fields.push(("Session".to_string(), J::s(s.as_str())));
+    }
+    fields.push(("CreateIndex".to_string(), J::U(e.create_index)));
+    fields.push(("ModifyIndex".to_string(), J::U(e.modify_index)));
+    J::O(fields)
+}
+
+pub fn session_json(s: &Session) -> J {
+    J::obj([
+        ("ID", J::s(s.id.as_str())),
+        ("Name", J::s(s.name.as_str())),
+        ("Node", J::s(s.node.as_str())),
+        (
+            "Checks",
+            match &s.checks {
+                Some(c) => J::A(c.iter().map(|x| J::s(x.as_str())).collect()),
+                None => J::Null,
+            },
+        ),
+        ("LockDelay", J::I(s.lock_delay_ns)),
+        ("Behavior", J::s(s.behavior.as_str())),
+        ("TTL", J::s(s.ttl.as_str())),
+        ("CreateIndex", J::U(s.create_index)),
+        ("ModifyIndex", J::U(s.modify_index)),
+    ])
+}
