@@ -1,0 +1,4 @@
+//! conlock's integration tests (one test binary).
+
+mod common;
+mod devserver;
