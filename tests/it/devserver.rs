@@ -530,3 +530,951 @@ fn reference_08_session_ttl_expiry() {
         rp.run_step(i, &step);
     }
 }
+
+// ----- beyond the recordings ---------------------------------------------------
+
+fn kv_index(addr: SocketAddr, key: &str) -> u64 {
+    let r = get(addr, &format!("/v1/kv/{key}"));
+    assert_eq!(r.status, 200, "GET {key}");
+    r.index()
+}
+
+#[test]
+fn kv_entry_json_field_order_and_shapes() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"Name": "order"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/o/k?acquire={s}&flags=7"), b"v").json(),
+        json!(true)
+    );
+    let r = get(a, "/v1/kv/o/k");
+    let text = r.text();
+    let fields = [
+        "\"LockIndex\"",
+        "\"Key\"",
+        "\"Flags\"",
+        "\"Value\"",
+        "\"Session\"",
+        "\"CreateIndex\"",
+        "\"ModifyIndex\"",
+    ];
+    let pos: Vec<usize> = fields
+        .iter()
+        .map(|f| {
+            text.find(f)
+                .unwrap_or_else(|| panic!("{f} missing in {text}"))
+        })
+        .collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "field order: {text}");
+    let r = get(a, &format!("/v1/session/info/{s}"));
+    let text = r.text();
+    let fields = [
+        "\"ID\"",
+        "\"Name\"",
+        "\"Node\"",
+        "\"Checks\"",
+        "\"LockDelay\"",
+        "\"Behavior\"",
+        "\"TTL\"",
+        "\"CreateIndex\"",
+        "\"ModifyIndex\"",
+    ];
+    let pos: Vec<usize> = fields.iter().map(|f| text.find(f).unwrap()).collect();
+    assert!(
+        pos.windows(2).all(|w| w[0] < w[1]),
+        "session field order: {text}"
+    );
+    // Session omitted when none; Value null when empty.
+    put(a, "/v1/kv/o/e", b"");
+    let v = get(a, "/v1/kv/o/e").json();
+    assert!(v[0].get("Session").is_none());
+    assert_eq!(v[0]["Value"], Value::Null);
+}
+
+#[test]
+fn kv_keys_raw_cas_and_deletes() {
+    let server = start_server();
+    let a = server.addr();
+    for k in ["p/a", "p/b/c", "p/b/d", "p/e/f/g", "q/x"] {
+        assert_eq!(
+            put(a, &format!("/v1/kv/{k}"), k.as_bytes()).json(),
+            json!(true)
+        );
+    }
+    assert_eq!(
+        get(a, "/v1/kv/p/?keys&separator=/").json(),
+        json!(["p/a", "p/b/", "p/e/"])
+    );
+    assert_eq!(
+        get(a, "/v1/kv/p?keys").json(),
+        json!(["p/a", "p/b/c", "p/b/d", "p/e/f/g"])
+    );
+    assert_eq!(
+        get(a, "/v1/kv/?keys&separator=/").json(),
+        json!(["p/", "q/"])
+    );
+    assert_eq!(get(a, "/v1/kv/zz?keys").status, 404);
+    // An empty root listing is [] rather than 404.
+    let empty = start_server();
+    let r = get(empty.addr(), "/v1/kv/?keys");
+    assert_eq!((r.status, r.json(), r.index()), (200, json!([]), 1));
+    // Raw values: sniffed content type, no type when empty.
+    put(a, "/v1/kv/bin", &[0u8, 1, 2, 3]);
+    let r = get(a, "/v1/kv/bin?raw");
+    assert_eq!(r.header("Content-Type"), Some("application/octet-stream"));
+    assert_eq!(r.body, vec![0, 1, 2, 3]);
+    put(a, "/v1/kv/none", b"");
+    let r = get(a, "/v1/kv/none?raw");
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty() && !r.has_header("Content-Type"));
+    // Keys are percent-decoded; the leading slash belongs to the route.
+    put(a, "/v1/kv/sp%20ace%2Fx", b"1");
+    assert_eq!(get(a, "/v1/kv/sp%20ace/x").json()[0]["Key"], "sp ace/x");
+    // Flags echo and parse errors.
+    put(a, "/v1/kv/f?flags=18446744073709551615", b"x");
+    assert_eq!(get(a, "/v1/kv/f").json()[0]["Flags"], json!(u64::MAX));
+    let r = put(a, "/v1/kv/f?flags=18446744073709551616", b"x");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "strconv.ParseUint: parsing \"18446744073709551616\": value out of range"
+        )
+    );
+    // cas on a missing key with a non-zero index fails; delete cas works.
+    assert_eq!(put(a, "/v1/kv/nokey?cas=5", b"x").json(), json!(false));
+    let idx = kv_index(a, "p/a");
+    assert_eq!(
+        http(
+            a,
+            "DELETE",
+            &format!("/v1/kv/p/a?cas={}", idx + 1),
+            None,
+            &[]
+        )
+        .json(),
+        json!(false)
+    );
+    assert_eq!(
+        http(a, "DELETE", &format!("/v1/kv/p/a?cas={idx}"), None, &[]).json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/p/a").status, 404);
+    let r = http(a, "DELETE", "/v1/kv/p?recurse&cas=1", None, &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (400, "Conflicting flags: cas=1&recurse=")
+    );
+    let r = http(a, "DELETE", "/v1/kv/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing key name"));
+    assert_eq!(
+        http(a, "DELETE", "/v1/kv/p?recurse", None, &[]).json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/p?recurse").status, 404);
+    assert_eq!(get(a, "/v1/kv/q/x").status, 200);
+    let r = get(a, "/v1/kv/q/x?stale&consistent");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.text(),
+        "Cannot specify ?stale with ?consistent, conflicting semantics."
+    );
+}
+
+#[test]
+fn lock_index_and_plain_put_on_held_key() {
+    let server = start_server();
+    let a = server.addr();
+    let s1 = create_session(a, json!({"LockDelay": "0s"}));
+    let s2 = create_session(a, json!({"LockDelay": "0s"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s1}&flags=9"), b"a").json(),
+        json!(true)
+    );
+    let e = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(
+        (e["LockIndex"].as_u64(), e["Flags"].as_u64()),
+        (Some(1), Some(9))
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s1}"), b"b").json(),
+        json!(true)
+    );
+    let e2 = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(e2["LockIndex"], 1);
+    assert!(e2["ModifyIndex"].as_u64() > e["ModifyIndex"].as_u64());
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s2}"), b"c").json(),
+        json!(false)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?release={s2}"), b"").json(),
+        json!(false)
+    );
+    // Plain PUT: LockIndex 0, Session kept, Flags from the request.
+    assert_eq!(put(a, "/v1/kv/l?flags=3", b"plain").json(), json!(true));
+    let e3 = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(e3["LockIndex"], 0);
+    assert_eq!(e3["Session"], json!(s1));
+    assert_eq!(e3["Flags"], 3);
+    // Release by the holder: Session cleared, value and flags from the request.
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?release={s1}&flags=4"), b"rel").json(),
+        json!(true)
+    );
+    let e4 = get(a, "/v1/kv/l").json()[0].clone();
+    assert!(e4.get("Session").is_none());
+    assert_eq!(
+        (e4["Flags"].as_u64(), e4["Value"].as_str()),
+        (Some(4), Some("cmVs"))
+    );
+    // Acquire with a malformed session ID.
+    let r = put(a, "/v1/kv/l?acquire=nope", b"");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "failed session lookup: index error: UUID must be 36 characters"
+        )
+    );
+    // Upper-case IDs find the session (the index parses hex).
+    let upper = s2.to_uppercase();
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={upper}"), b"u").json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/l").json()[0]["Session"], json!(s2));
+    assert_eq!(
+        get(a, &format!("/v1/session/info/{upper}")).json()[0]["ID"],
+        json!(s2)
+    );
+}
+
+#[test]
+fn lock_delay_after_invalidation_but_not_after_release() {
+    let server = start_server();
+    let a = server.addr();
+    let holder = create_session(a, json!({"LockDelay": "1s"}));
+    let other = create_session(a, json!({"LockDelay": "0s"}));
+    // Voluntary release: no lock-delay.
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={holder}"), b"h").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?release={holder}"), b"").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?release={other}"), b"").json(),
+        json!(true)
+    );
+    // Expiry through the Rust API: lock-delay applies.
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={holder}"), b"h").json(),
+        json!(true)
+    );
+    let t0 = Instant::now();
+    assert!(server.expire_session(&holder));
+    assert!(!server.expire_session(&holder));
+    let e = get(a, "/v1/kv/d").json()[0].clone();
+    assert!(
+        e.get("Session").is_none(),
+        "behavior release clears the session"
+    );
+    assert_eq!(e["LockIndex"], 3, "three acquisitions so far");
+    let first = put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json();
+    if first == json!(true) {
+        assert!(
+            t0.elapsed() >= Duration::from_secs(1),
+            "acquire inside the lock-delay"
+        );
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json() == json!(true)
+    }));
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "lock-delay ended early"
+    );
+    // Expiry through the control endpoint, with behavior delete.
+    let del = create_session(a, json!({"Behavior": "delete", "LockDelay": "0s"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/eph?acquire={del}"), b"x").json(),
+        json!(true)
+    );
+    let before = get(a, "/v1/kv/eph").index();
+    let r = put(a, &format!("/v1/conlock-dev/session/expire/{del}"), b"");
+    assert_eq!(r.json(), json!(true));
+    let r = get(a, "/v1/kv/eph");
+    assert_eq!(r.status, 404);
+    assert!(r.index() > before);
+    assert_eq!(get(a, &format!("/v1/session/info/{del}")).json(), json!([]));
+    assert_eq!(
+        put(a, &format!("/v1/conlock-dev/session/expire/{del}"), b"").json(),
+        json!(false)
+    );
+    // Without lock-delay (0s) the key is free at once.
+    assert_eq!(
+        put(a, &format!("/v1/kv/eph?acquire={other}"), b"x").json(),
+        json!(true)
+    );
+}
+
+#[test]
+fn session_invalidation_updates_both_tables_at_one_index() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"LockDelay": 0}));
+    put(a, &format!("/v1/kv/k1?acquire={s}"), b"1");
+    put(a, &format!("/v1/kv/k2?acquire={s}"), b"2");
+    put(a, "/v1/kv/other", b"3");
+    assert_eq!(
+        http(a, "PUT", &format!("/v1/session/destroy/{s}"), None, &[]).json(),
+        json!(true)
+    );
+    let sess_idx = get(a, "/v1/session/list").index();
+    let k1 = get(a, "/v1/kv/k1").json()[0]["ModifyIndex"]
+        .as_u64()
+        .unwrap();
+    let k2 = get(a, "/v1/kv/k2").json()[0]["ModifyIndex"]
+        .as_u64()
+        .unwrap();
+    assert_eq!((k1, k2), (sess_idx, sess_idx));
+    assert_eq!(get(a, "/v1/kv/?recurse").index(), sess_idx);
+    // Numbers below 1000 are seconds; Checks [] means none, null too.
+    let s = create_session(a, json!({"LockDelay": 3, "Checks": []}));
+    let v = get(a, &format!("/v1/session/info/{s}")).json()[0].clone();
+    assert_eq!(
+        (v["LockDelay"].as_i64(), v["Checks"].clone()),
+        (Some(3_000_000_000), json!([]))
+    );
+    let s = create_session(
+        a,
+        json!({"lockdelay": "250ms", "checks": null, "ttl": "0s"}),
+    );
+    let v = get(a, &format!("/v1/session/info/{s}")).json()[0].clone();
+    assert_eq!(v["LockDelay"], 250_000_000);
+    assert_eq!(v["Checks"], Value::Null);
+    assert_eq!(v["TTL"], "0s");
+}
+
+#[test]
+fn session_create_decode_errors() {
+    let server = start_server();
+    let a = server.addr();
+    let cases: &[(&str, u16, &str)] = &[
+        ("{\"Name\": 5}", 400, "Request decode failed: 1 error(s) decoding:\n\n* 'Name' expected type 'string', got unconvertible type 'float64'"),
+        ("[1]", 400, "Request decode failed: '' expected a map, got 'slice'"),
+        ("{\"LockDelay\": \"5\"}", 400, "Request decode failed: time: missing unit in duration \"5\""),
+        ("{\"Checks\": \"serfHealth\"}", 400, "Request decode failed: 1 error(s) decoding:\n\n* 'Checks': source data must be an array or slice, got string"),
+        ("{\"Name\": \"x\"", 400, "Request decode failed: unexpected EOF"),
+        (" ", 400, "Request decode failed: EOF"),
+        ("{\"Node\": \"\"}", 500, "Must provide Node"),
+        ("{\"TTL\": \"0.5s\"}", 500, "Invalid Session TTL '500000000', must be between [1s=24h0m0s]"),
+        ("{\"TTL\": \"25h\"}", 500, "Invalid Session TTL '90000000000000', must be between [1s=24h0m0s]"),
+        ("{\"TTL\": \"5\"}", 500, "Session TTL '5' invalid: time: missing unit in duration \"5\""),
+        ("{\"Node\": \"CONLOCK-DEV\", \"Checks\": [\"SerfHealth\"]}", 200, ""),
+    ];
+    for (body, status, msg) in cases {
+        let r = put(a, "/v1/session/create", body.as_bytes());
+        assert_eq!(r.status, *status, "{body}: {}", r.text());
+        if !msg.is_empty() {
+            assert_eq!(r.text(), *msg, "{body}");
+            assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+        }
+    }
+    let r = http(a, "PUT", "/v1/session/create", None, &[]);
+    assert_eq!(r.status, 200, "no body: defaults");
+    let r = http(a, "PUT", "/v1/session/renew/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing session"));
+    let r = http(a, "PUT", "/v1/session/renew/nope", None, &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "failed session lookup: index error: UUID must be 36 characters"
+        )
+    );
+    let r = get(a, "/v1/session/info/nope");
+    assert_eq!(r.status, 500);
+    let r = get(a, "/v1/session/node/nobody");
+    assert_eq!((r.status, r.json()), (200, json!([])));
+}
+
+#[test]
+fn ttl_renewal_keeps_a_session_alive() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"TTL": "1s", "LockDelay": "0s"}));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(3500) {
+        let r = http(a, "PUT", &format!("/v1/session/renew/{s}"), None, &[]);
+        assert_eq!(
+            r.status,
+            200,
+            "renewed session expired after {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(r.json()[0]["TTL"], "1s");
+        assert!(!r.has_header("X-Consul-Index"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let stopped = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || {
+        get(a, &format!("/v1/session/info/{s}")).json() == json!([])
+    }));
+    assert!(stopped.elapsed() >= Duration::from_millis(1500));
+    let r = http(a, "PUT", &format!("/v1/session/renew/{s}"), None, &[]);
+    assert_eq!(
+        (r.status, r.text()),
+        (404, format!("Session id '{s}' not found"))
+    );
+}
+
+#[test]
+fn blocking_queries_wake_only_on_relevant_changes() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/w/a", b"1");
+    // Sessions: a blocking list is woken by a create.
+    let idx = get(a, "/v1/session/list").index();
+    let waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        (
+            get(a, &format!("/v1/session/list?index={idx}&wait=30s")),
+            t.elapsed(),
+        )
+    });
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        >= 3));
+    let s = create_session(a, json!({}));
+    let (r, took) = waiter.join().unwrap();
+    assert!(r.index() > idx);
+    assert_eq!(r.json()[0]["ID"], json!(s));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Times out with the same index when nothing changes.
+    let idx = r.index();
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/session/list?index={idx}&wait=300ms"));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert_eq!(r.index(), idx);
+    // A prefix query ignores writes elsewhere, and a key query other keys.
+    let idx = get(a, "/v1/kv/w/?keys").index();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        put(a, "/v1/kv/elsewhere", b"x");
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/?keys&index={idx}&wait=1s"));
+    writer.join().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "woken by an unrelated write"
+    );
+    assert_eq!(r.index(), idx);
+    let key_idx = kv_index(a, "w/a");
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        put(a, "/v1/kv/w/b", b"x");
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/a?index={key_idx}&wait=1s"));
+    writer.join().unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    assert_eq!(r.index(), key_idx);
+    // Deleting the watched key wakes it (404 with a newer index).
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        http(a, "DELETE", "/v1/kv/w/a", None, &[]);
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/a?index={key_idx}&wait=20s"));
+    writer.join().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.status, 404);
+    assert!(r.index() > key_idx);
+}
+
+#[test]
+fn hundred_blocking_queries_woken_by_one_put() {
+    let slowest = many_blocking_queries_woken_by_one_put(100);
+    assert!(
+        slowest < Duration::from_secs(10),
+        "slowest wake-up {slowest:?}"
+    );
+}
+
+/// Heavier variant: `cargo test --test it -- --ignored thousand`.
+#[test]
+#[ignore]
+fn thousand_blocking_queries_woken_by_one_put() {
+    let slowest = many_blocking_queries_woken_by_one_put(1000);
+    eprintln!("1000 blocking queries: slowest wake-up {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "slowest wake-up {slowest:?}"
+    );
+}
+
+fn many_blocking_queries_woken_by_one_put(n: usize) -> Duration {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/hot", b"before");
+    let idx = kv_index(a, "hot");
+    let base = server.request_count();
+    let barrier = Arc::new(Barrier::new(n));
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                let r = get(a, &format!("/v1/kv/hot?index={idx}&wait=60s"));
+                (r, Instant::now())
+            })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(60), || server.request_count()
+            >= base + n as u64),
+        "not all queries arrived"
+    );
+    let put_at = Instant::now();
+    put(a, "/v1/kv/hot", b"after");
+    let mut slowest = Duration::ZERO;
+    for w in waiters {
+        let (r, done) = w.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.index() > idx);
+        assert_eq!(r.json()[0]["Value"], "YWZ0ZXI=");
+        slowest = slowest.max(done.saturating_duration_since(put_at));
+    }
+    slowest
+}
+
+#[test]
+fn acl_token_is_required() {
+    let server = start_server_with(|o| o.acl_token = Some("s3cret".to_string()));
+    let a = server.addr();
+    let r = get(a, "/v1/kv/x");
+    assert_eq!((r.status, r.text().as_str()), (403, "Permission denied"));
+    assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    let r = http(
+        a,
+        "GET",
+        "/v1/agent/self",
+        None,
+        &[("X-Consul-Token", "wrong")],
+    );
+    assert_eq!(r.status, 403);
+    let r = http(
+        a,
+        "PUT",
+        "/v1/kv/x",
+        Some(b"1"),
+        &[("X-Consul-Token", "s3cret")],
+    );
+    assert_eq!((r.status, r.json()), (200, json!(true)));
+    assert_eq!(get(a, "/v1/kv/x?token=s3cret").status, 200);
+    // The query token wins over the header.
+    let r = http(
+        a,
+        "GET",
+        "/v1/kv/x?token=wrong",
+        None,
+        &[("X-Consul-Token", "s3cret")],
+    );
+    assert_eq!(r.status, 403);
+    // The control endpoint needs no token.
+    assert_eq!(get(a, "/v1/conlock-dev/stats").status, 200);
+}
+
+#[test]
+fn stats_and_request_count_exclude_the_control_endpoint() {
+    let server = start_server();
+    let a = server.addr();
+    assert_eq!(server.request_count(), 0);
+    put(a, "/v1/kv/a", b"1");
+    put(a, "/v1/kv/b", b"1");
+    create_session(a, json!({}));
+    get(a, "/v1/nope");
+    assert_eq!(server.request_count(), 4);
+    let v = get(a, "/v1/conlock-dev/stats").json();
+    assert_eq!(v, json!({"requests": 4, "sessions": 1, "keys": 2}));
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(server.request_count(), 4);
+    let r = http(a, "PUT", "/v1/conlock-dev/fault?mode=bogus", None, &[]);
+    assert_eq!(r.status, 400);
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=hang&for=xyz",
+        None,
+        &[],
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(get(a, "/v1/conlock-dev/fault").status, 405);
+}
+
+#[test]
+fn fault_error_mode() {
+    let server = start_server();
+    let a = server.addr();
+    let t0 = Instant::now();
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=error&for=1s",
+        None,
+        &[],
+    );
+    assert_eq!(r.json(), json!(true));
+    let r = get(a, "/v1/kv/x");
+    if t0.elapsed() < Duration::from_secs(1) {
+        assert_eq!((r.status, r.text().as_str()), (500, "No cluster leader"));
+        assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    }
+    assert_eq!(get(a, "/v1/conlock-dev/stats").status, 200);
+    assert!(wait_until(Duration::from_secs(10), || get(a, "/v1/kv/x")
+        .status
+        == 404));
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    // mode=none clears a fault early.
+    server.fault(FaultMode::Error, Duration::from_secs(600));
+    assert_eq!(get(a, "/v1/status/leader").status, 500);
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(get(a, "/v1/status/leader").status, 200);
+}
+
+#[test]
+fn fault_hang_mode() {
+    let server = start_server();
+    let a = server.addr();
+    let t0 = Instant::now();
+    http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=hang&for=1500ms",
+        None,
+        &[],
+    );
+    let r = get(a, "/v1/status/leader");
+    assert_eq!(r.status, 200, "served normally after the hang");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    // A long hang ends early with mode=none.
+    server.fault(FaultMode::Hang, Duration::from_secs(600));
+    let base = server.request_count();
+    let held = std::thread::spawn(move || get(a, "/v1/status/leader").status);
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    let t1 = Instant::now();
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(held.join().unwrap(), 200);
+    assert!(t1.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn fault_drop_mode() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/k", b"1");
+    let idx = kv_index(a, "k");
+    let base = server.request_count();
+    let blocked = std::thread::spawn(move || {
+        try_http(
+            a,
+            "GET",
+            &format!("/v1/kv/k?index={idx}&wait=60s"),
+            None,
+            &[],
+        )
+    });
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    let t0 = Instant::now();
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=drop&for=1500ms",
+        None,
+        &[],
+    );
+    assert_eq!(r.json(), json!(true));
+    assert!(
+        blocked.join().unwrap().is_err(),
+        "blocking query must be dropped"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let during = try_http(a, "GET", "/v1/kv/k", None, &[]);
+    if t0.elapsed() < Duration::from_millis(1500) {
+        assert!(during.is_err(), "request during drop got {during:?}");
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        try_http(a, "GET", "/v1/kv/k", None, &[]).is_ok_and(|r| r.status == 200)
+    }));
+    assert!(t0.elapsed() >= Duration::from_millis(1500));
+    // The Rust API does the same.
+    server.fault(FaultMode::Drop, Duration::from_secs(600));
+    assert!(try_http(a, "GET", "/v1/kv/k", None, &[]).is_err());
+    server.clear_fault();
+    assert_eq!(get(a, "/v1/kv/k").status, 200);
+}
+
+#[test]
+fn shutdown_closes_held_connections() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/k", b"1");
+    let idx = kv_index(a, "k");
+    let base = server.request_count();
+    let blocked = std::thread::spawn(move || {
+        let t = Instant::now();
+        (
+            try_http(
+                a,
+                "GET",
+                &format!("/v1/kv/k?index={idx}&wait=60s"),
+                None,
+                &[],
+            ),
+            t.elapsed(),
+        )
+    });
+    let mut idle = std::net::TcpStream::connect(a).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    server.shutdown();
+    let (res, took) = blocked.join().unwrap();
+    assert!(res.is_err(), "held query got an answer: {res:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    match std::io::Read::read(&mut idle, &mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("idle connection got {n} bytes"),
+    }
+    assert!(std::net::TcpStream::connect(a).is_err(), "still listening");
+}
+
+#[test]
+fn dropping_the_server_stops_it() {
+    let a;
+    {
+        let server = start_server();
+        a = server.addr();
+        assert_eq!(get(a, "/v1/status/leader").status, 200);
+    }
+    assert!(std::net::TcpStream::connect(a).is_err());
+}
+
+#[test]
+fn routing_methods_and_redirects() {
+    let server = start_server();
+    let a = server.addr();
+    let r = get(a, "/v1/nope");
+    assert_eq!(r.status, 404);
+    assert!(r.body.is_empty());
+    let r = http(a, "POST", "/v1/kv/x", Some(b"1"), &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (405, "method POST not allowed")
+    );
+    assert_eq!(r.header("Allow"), Some("OPTIONS,GET,PUT,DELETE"));
+    let r = get(a, "/v1/session/create");
+    assert_eq!(r.status, 405);
+    let r = http(a, "OPTIONS", "/v1/session/list", None, &[]);
+    assert_eq!((r.status, r.header("Allow")), (200, Some("OPTIONS,GET")));
+    let r = get(a, "/v1/kv//a");
+    assert_eq!((r.status, r.header("Location")), (301, Some("/v1/kv/a")));
+    let r = get(a, "/v1/kv");
+    assert_eq!((r.status, r.header("Location")), (301, Some("/v1/kv/")));
+    let r = get(a, "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "Consul Agent"));
+    let r = http(a, "PUT", "/v1/session/destroy/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing session"));
+    let r = get(a, "/v1/kv/x?index=1&wait=bogus");
+    assert_eq!((r.status, r.text().as_str()), (400, "Invalid wait time"));
+    let r = get(a, "/v1/status/peers");
+    assert_eq!(r.json(), json!(["127.0.0.1:8300"]));
+    let r = http(a, "HEAD", "/v1/kv/x", None, &[]);
+    assert_eq!(r.status, 405);
+}
+
+fn still_serving(a: SocketAddr) {
+    let r = get(a, "/v1/status/leader");
+    assert_eq!(r.status, 200, "server no longer answers");
+}
+
+#[test]
+fn malformed_requests_do_not_kill_the_server() {
+    let server = start_server();
+    let a = server.addr();
+    let t = Duration::from_secs(20);
+    let status_of = |raw: &[u8]| -> Option<u16> {
+        send_raw(a, raw, t)
+            .ok()
+            .and_then(|b| parse_response(&b, false))
+            .map(|r| r.status)
+    };
+    let cases: &[(&[u8], Option<u16>)] = &[
+        (b"GARBAGE\r\n\r\n", Some(400)),
+        (b"\x00\x01\x02\xff\xfe\r\n\r\n", Some(400)),
+        (b"GET /v1/kv/a%zz HTTP/1.1\r\nHost: x\r\n\r\n", Some(400)),
+        (
+            b"GET /v1/kv/a?x=%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+        (
+            b"GET /v1/kv/a%09b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Some(400),
+        ),
+        (b"GET /v1/kv/a HTTP/2.0\r\n\r\n", Some(505)),
+        (b"GET /v1/kv/a HTTP/1.1\r\nBad Header\r\n\r\n", Some(400)),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+            Some(400),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            Some(400),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            Some(501),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            Some(400),
+        ),
+        (b"GET /v1/kv/a HTTP/1.1\r\nHost:", None),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
+            None,
+        ),
+        (
+            b"GET /v1/session/info/%FF%FE HTTP/1.1\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+        (
+            b"PUT /v1/kv/%E2%82%AC?acquire=%00 HTTP/1.1\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+    ];
+    for (raw, want) in cases {
+        let got = status_of(raw);
+        if want.is_some() {
+            assert_eq!(got, *want, "for {:?}", String::from_utf8_lossy(raw));
+        }
+        still_serving(a);
+    }
+    // Oversized header block.
+    let mut big = b"GET /v1/kv/a HTTP/1.1\r\nX-Big: ".to_vec();
+    big.extend(vec![b'a'; 2 << 20]);
+    big.extend_from_slice(b"\r\n\r\n");
+    if let Some(s) = status_of(&big) {
+        assert_eq!(s, 431);
+    }
+    still_serving(a);
+    // Oversized body: 413 then close.
+    let mut huge = b"PUT /v1/kv/big HTTP/1.1\r\nContent-Length: 600000\r\n\r\n".to_vec();
+    huge.extend(vec![b'x'; 600_000]);
+    let raw = send_raw(a, &huge, t).unwrap();
+    let r = parse_response(&raw, false).unwrap();
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (413, "Value exceeds 524288 byte limit")
+    );
+    assert_eq!(r.header("Connection"), Some("close"));
+    // With Expect: 100-continue the body is never requested.
+    let raw = send_raw(
+        a,
+        b"PUT /v1/kv/big HTTP/1.1\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n",
+        t,
+    )
+    .unwrap();
+    assert_eq!(parse_response(&raw, false).unwrap().status, 413);
+    // Exactly the limit is fine.
+    let max = vec![b'y'; 524_288];
+    assert_eq!(put(a, "/v1/kv/max", &max).json(), json!(true));
+    assert_eq!(get(a, "/v1/kv/max?raw").body.len(), 524_288);
+    still_serving(a);
+}
+
+#[test]
+fn keep_alive_pipelining_and_chunked_bodies() {
+    use std::io::{Read, Write};
+    let server = start_server();
+    let a = server.addr();
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        b"PUT /v1/kv/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+          3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n\
+          GET /v1/kv/c?raw HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /v1/status/leader HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
+    assert!(text.contains("\r\n\r\nabcde"), "{text}");
+    // HTTP/1.0 closes unless asked to keep alive.
+    let raw = send_raw(
+        a,
+        b"GET /v1/status/leader HTTP/1.0\r\n\r\n",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(parse_response(&raw, false).unwrap().status, 200);
+    // Expect: 100-continue for a normal body.
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"PUT /v1/kv/e HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 25];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"ok").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    assert_eq!(parse_response(&out, false).unwrap().json(), json!(true));
+}
+
+#[test]
+fn options_defaults_and_foreground_line() {
+    let o = Options::default();
+    assert_eq!(o.addr, SocketAddr::from(([127, 0, 0, 1], 8500)));
+    assert_eq!(o.session_ttl_min, Duration::from_secs(10));
+    assert_eq!(o.acl_token, None);
+    assert_eq!(o.node_name, "conlock-dev");
+    let server = start_server_with(|o| o.node_name = "elsewhere".to_string());
+    let a = server.addr();
+    assert_eq!(
+        get(a, "/v1/agent/self").json()["Config"]["NodeName"],
+        "elsewhere"
+    );
+    let s = create_session(a, json!({}));
+    assert_eq!(
+        get(a, "/v1/session/node/ELSEWHERE").json()[0]["ID"],
+        json!(s)
+    );
+    assert_eq!(
+        get(a, &format!("/v1/session/info/{s}")).json()[0]["Node"],
+        "elsewhere"
+    );
+}
