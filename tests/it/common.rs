@@ -106,6 +106,9 @@ pub fn send_raw(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> std::io::R
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(timeout))?;
     s.write_all(bytes)?;
+    // Nothing more will be sent: lets the server see the end of a partial
+    // request at once.
+    let _ = s.shutdown(std::net::Shutdown::Write);
     let mut out = Vec::new();
     s.read_to_end(&mut out)?;
     Ok(out)

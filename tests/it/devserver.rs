@@ -1478,3 +1478,34 @@ fn options_defaults_and_foreground_line() {
         "elsewhere"
     );
 }
+
+#[test]
+fn run_foreground_serves_until_sigterm() {
+    // A free port (run_foreground prints rather than returns the address).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let opts = Options {
+        addr,
+        ..Options::default()
+    };
+    let fg = std::thread::spawn(move || conlock::devserver::run_foreground(opts));
+    // The signal handlers are installed before the server listens, so once it
+    // answers, SIGTERM reaches run_foreground instead of killing the tests.
+    assert!(wait_until(Duration::from_secs(20), || {
+        try_http(addr, "GET", "/v1/status/leader", None, &[]).is_ok_and(|r| r.status == 200)
+    }));
+    // SAFETY: plain kill(2) to our own process.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    let res = fg.join().unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+}
