@@ -1360,6 +1360,10 @@ fn malformed_requests_do_not_kill_the_server() {
             b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
             Some(400),
         ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            Some(413),
+        ),
         (b"GET /v1/kv/a HTTP/1.1\r\nHost:", None),
         (
             b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
@@ -1381,6 +1385,11 @@ fn malformed_requests_do_not_kill_the_server() {
         }
         still_serving(a);
     }
+    // Deeply nested JSON in a session body.
+    let deep = "[".repeat(200_000);
+    let r = put(a, "/v1/session/create", deep.as_bytes());
+    assert_eq!(r.status, 400);
+    still_serving(a);
     // Oversized header block.
     let mut big = b"GET /v1/kv/a HTTP/1.1\r\nX-Big: ".to_vec();
     big.extend(vec![b'a'; 2 << 20]);
