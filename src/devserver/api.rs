@@ -602,7 +602,9 @@ fn unconvertible(name: &str, want: &str, v: &Value) -> String {
 
 /// Go's `time.Duration(f)` conversion (amd64 semantics for out-of-range).
 fn f64_to_duration(f: f64) -> i64 {
-    if f.is_nan() || f >= 9.223_372_036_854_775_807e18 || f < -9.223_372_036_854_775_808e18 {
+    // 2^63 is exactly representable; i64 covers [-2^63, 2^63).
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() || !(-LIMIT..LIMIT).contains(&f) {
         i64::MIN
     } else {
         f as i64

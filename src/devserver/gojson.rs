@@ -133,6 +133,8 @@ impl std::fmt::Display for DecodeError {
     }
 }
 
+const MAX_DEPTH: usize = 120;
+
 struct Scanner<'a> {
     d: &'a [u8],
     i: usize,
@@ -163,7 +165,9 @@ impl Scanner<'_> {
     }
 
     fn value(&mut self, depth: usize) -> R {
-        if depth > 10_000 {
+        // Go allows 10000 levels; connection threads have small stacks and
+        // serde_json stops at 128, so nesting is capped lower here.
+        if depth >= MAX_DEPTH {
             return Err(DecodeError::Syntax("exceeded max depth".to_string()));
         }
         self.skip_ws();
@@ -385,6 +389,9 @@ mod tests {
         assert_eq!(e("\"\\q\""), "invalid character 'q' in string escape code");
         assert_eq!(e("\"a\nb\""), "invalid character '\\n' in string literal");
         assert!(go_decode_first(b"{\"a\":1} trailing").is_ok());
+        assert_eq!(e(&"[".repeat(100_000)), "exceeded max depth");
+        let nested = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(go_decode_first(nested.as_bytes()).is_ok());
         assert!(go_decode_first(b"12x").is_ok());
         assert_eq!(go_decode_first(b"null").unwrap(), serde_json::Value::Null);
     }

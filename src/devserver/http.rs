@@ -218,7 +218,7 @@ impl Conn {
                     }
                 }
             }
-            if out.len() as u64 + size > MAX_BODY as u64 {
+            if size > (MAX_BODY - out.len()) as u64 {
                 return Ok(None);
             }
             let data = self.read_exact_body(size as usize).ok_or(())?;
@@ -383,8 +383,19 @@ fn parse_target(target: &str) -> Result<(String, String), Response> {
     ))
 }
 
-/// Serves one connection until it closes, errs, or is killed.
+/// Serves one connection until it closes, errs, or is killed. A panic in a
+/// handler only costs that connection.
 pub fn serve_connection(shared: Arc<Shared>, id: u64, h: Arc<ConnHandle>) {
+    let s = shared.clone();
+    let h2 = h.clone();
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || serve(s, h2)));
+    if res.is_err() {
+        h.kill();
+    }
+    shared.unregister(id);
+}
+
+fn serve(shared: Arc<Shared>, h: Arc<ConnHandle>) {
     let _ = h.stream.set_nodelay(true);
     let mut conn = Conn {
         h: h.clone(),
@@ -459,7 +470,7 @@ pub fn serve_connection(shared: Arc<Shared>, id: u64, h: Arc<ConnHandle>) {
                     }
                     _ => {
                         fail(simple(400, "400 Bad Request"));
-                        return finish(&shared, id);
+                        return;
                     }
                 }
             }
@@ -556,9 +567,4 @@ pub fn serve_connection(shared: Arc<Shared>, id: u64, h: Arc<ConnHandle>) {
             break;
         }
     }
-    finish(&shared, id);
-}
-
-fn finish(shared: &Shared, id: u64) {
-    shared.unregister(id);
 }

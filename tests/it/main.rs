@@ -1,6 +1,8 @@
 //! The one integration test binary: shared helpers plus one module per area.
 
 mod common;
+mod devserver;
+mod faults;
 mod harness;
 mod run;
 mod sem;

@@ -1,0 +1,1520 @@
+//! The dev server against the recorded answers of a real Consul 1.0.8
+//! (`shared/consul-reference`), plus blocking queries, TTLs, lock-delays,
+//! ACLs, fault injection, shutdown and robustness.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+use conlock::devserver::{DevServer, FaultMode, Options};
+
+const NODE: &str = "conlock-dev";
+
+fn reference_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/consul-reference")
+}
+
+fn load(name: &str) -> Value {
+    let p = reference_dir().join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("reference JSON")
+}
+
+/// Learns how recorded raft indexes map onto the server's: the same recorded
+/// index must always map to the same actual index, and the order must be
+/// kept (so "which equals which, which grows" is checked).
+#[derive(Default)]
+struct IndexMap {
+    pairs: Vec<(u64, u64)>,
+}
+
+impl IndexMap {
+    fn check(&mut self, recorded: u64, actual: u64, ctx: &str) {
+        for &(r, a) in &self.pairs {
+            if r == recorded {
+                assert_eq!(
+                    a, actual,
+                    "{ctx}: recorded index {r} was {a} before, now {actual}"
+                );
+            } else if r < recorded {
+                assert!(
+                    a < actual,
+                    "{ctx}: recorded {r} < {recorded} but actual {a} >= {actual}"
+                );
+            } else {
+                assert!(
+                    a > actual,
+                    "{ctx}: recorded {r} > {recorded} but actual {a} <= {actual}"
+                );
+            }
+        }
+        if recorded == 1 {
+            assert_eq!(actual, 1, "{ctx}: index 1 (empty table) must stay 1");
+        }
+        self.pairs.push((recorded, actual));
+    }
+
+    /// Every index (but the special 1) is the recorded one plus one offset:
+    /// the server consumes raft indexes exactly as Consul did.
+    fn assert_constant_offset(&self, ctx: &str) {
+        let offsets: Vec<i64> = self
+            .pairs
+            .iter()
+            .filter(|(r, _)| *r != 1)
+            .map(|&(r, a)| a as i64 - r as i64)
+            .collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] == w[1]),
+            "{ctx}: index offsets differ: {:?}",
+            self.pairs
+        );
+    }
+}
+
+const PLACEHOLDERS: &[&str] = &["S1", "S2", "S3", "S4", "S5", "S6", "S7", "A", "B", "D", "T"];
+
+struct Replay {
+    addr: SocketAddr,
+    ids: HashMap<String, String>,
+    idx: IndexMap,
+    ctx: String,
+}
+
+impl Replay {
+    fn new(server: &DevServer, name: &str) -> Replay {
+        Replay {
+            addr: server.addr(),
+            ids: HashMap::new(),
+            idx: IndexMap::default(),
+            ctx: name.to_string(),
+        }
+    }
+
+    fn real(&self, ph: &str) -> String {
+        self.ids
+            .get(ph)
+            .cloned()
+            .unwrap_or_else(|| panic!("{}: placeholder {ph} not known yet", self.ctx))
+    }
+
+    /// The actual index for a recorded one (learned, or by the offset seen so
+    /// far), for `index=` and `cas=` parameters.
+    fn translate(&self, recorded: u64) -> u64 {
+        if let Some(&(_, a)) = self.idx.pairs.iter().find(|(r, _)| *r == recorded) {
+            return a;
+        }
+        let &(r, a) = self
+            .idx
+            .pairs
+            .iter()
+            .find(|(r, _)| *r != 1)
+            .unwrap_or_else(|| panic!("{}: no index learned yet", self.ctx));
+        (recorded as i64 + a as i64 - r as i64) as u64
+    }
+
+    fn subst_param(&self, kv: &str) -> String {
+        match kv.split_once('=') {
+            Some((k, v)) if self.ids.contains_key(v) => format!("{k}={}", self.real(v)),
+            Some((k @ ("index" | "cas"), v)) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => format!("{k}={}", self.translate(n)),
+                _ => kv.to_string(),
+            },
+            _ => kv.to_string(),
+        }
+    }
+
+    fn subst_path(&self, path: &str) -> String {
+        let (p, q) = match path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path, None),
+        };
+        let segs: Vec<String> = p
+            .split('/')
+            .map(|s| match self.ids.get(s) {
+                Some(r) => r.clone(),
+                None if s == "vm" => NODE.to_string(),
+                None => s.to_string(),
+            })
+            .collect();
+        let mut out = segs.join("/");
+        if let Some(q) = q {
+            let pairs: Vec<String> = q.split('&').map(|kv| self.subst_param(kv)).collect();
+            out.push('?');
+            out.push_str(&pairs.join("&"));
+        }
+        out
+    }
+
+    fn subst_text(&self, text: &str) -> String {
+        let mut t = text.to_string();
+        for (ph, real) in &self.ids {
+            t = t.replace(&format!("'{ph}'"), &format!("'{real}'"));
+        }
+        // Echoed query strings ("Conflicting flags: acquire=A&cas=48").
+        if let Some((head, q)) = t.split_once("Conflicting flags: ") {
+            let q: Vec<String> = q.split('&').map(|kv| self.subst_param(kv)).collect();
+            t = format!("{head}Conflicting flags: {}", q.join("&"));
+        }
+        t
+    }
+
+    fn compare_json(&mut self, exp: &Value, act: &Value, field: &str, ctx: &str) {
+        match exp {
+            Value::Object(em) => {
+                let am = act
+                    .as_object()
+                    .unwrap_or_else(|| panic!("{ctx}: expected an object, got {act}"));
+                let mut ek: Vec<&String> = em.keys().collect();
+                let mut ak: Vec<&String> = am.keys().collect();
+                ek.sort();
+                ak.sort();
+                assert_eq!(ek, ak, "{ctx}: field sets differ: {act}");
+                for (k, ev) in em {
+                    self.compare_json(ev, &am[k], k, &format!("{ctx}.{k}"));
+                }
+            }
+            Value::Array(ea) => {
+                let aa = act
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{ctx}: expected an array, got {act}"));
+                assert_eq!(ea.len(), aa.len(), "{ctx}: array lengths differ: {act}");
+                let mut ea = ea.clone();
+                let mut aa = aa.clone();
+                // Session lists are ordered by ID: compare in ID order.
+                if ea.iter().all(|e| e.get("ID").is_some()) {
+                    for e in ea.iter_mut() {
+                        let ph = e["ID"].as_str().unwrap_or("").to_string();
+                        if let Some(r) = self.ids.get(&ph) {
+                            e["ID"] = Value::String(r.clone());
+                        }
+                    }
+                    let key = |v: &Value| v["ID"].as_str().unwrap_or("").to_string();
+                    ea.sort_by_key(key);
+                    aa.sort_by_key(key);
+                    let ids: Vec<String> = act.as_array().unwrap().iter().map(key).collect();
+                    let mut sorted = ids.clone();
+                    sorted.sort();
+                    assert_eq!(ids, sorted, "{ctx}: sessions must be listed in ID order");
+                }
+                for (i, (e, a)) in ea.iter().zip(aa.iter()).enumerate() {
+                    self.compare_json(e, a, field, &format!("{ctx}[{i}]"));
+                }
+            }
+            Value::String(s) if field == "ID" || field == "Session" => {
+                let a = act
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{ctx}: expected a string"));
+                if PLACEHOLDERS.contains(&s.as_str()) {
+                    match self.ids.get(s) {
+                        Some(r) => assert_eq!(a, r, "{ctx}"),
+                        None => {
+                            assert_eq!(a.len(), 36, "{ctx}: a UUID");
+                            self.ids.insert(s.clone(), a.to_string());
+                        }
+                    }
+                } else {
+                    assert_eq!(a, s, "{ctx}");
+                }
+            }
+            Value::String(s) if field == "Node" && s == "vm" => {
+                assert_eq!(act.as_str(), Some(NODE), "{ctx}");
+            }
+            Value::Number(n) if field == "CreateIndex" || field == "ModifyIndex" => {
+                let a = act
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{ctx}: expected a number"));
+                self.idx.check(n.as_u64().unwrap(), a, ctx);
+            }
+            _ => assert_eq!(act, exp, "{ctx}"),
+        }
+    }
+
+    fn request_body(step: &Value) -> Option<Vec<u8>> {
+        match &step["request"]["body"] {
+            Value::Null => None,
+            Value::String(s) => Some(s.as_bytes().to_vec()),
+            other => Some(other.to_string().into_bytes()),
+        }
+    }
+
+    /// Sends the step's request (with `body` overriding the recorded one).
+    fn send(&self, step: &Value, body: Option<Vec<u8>>) -> Resp {
+        let method = step["request"]["method"].as_str().unwrap();
+        let path = self.subst_path(step["request"]["path"].as_str().unwrap());
+        http(self.addr, method, &path, body.as_deref(), &[])
+    }
+
+    /// Asserts the answer matches the recorded one.
+    fn check(&mut self, i: usize, step: &Value, r: &Resp) {
+        let ctx = format!(
+            "{} step {i} ({} {})",
+            self.ctx,
+            step["request"]["method"].as_str().unwrap_or(""),
+            step["request"]["path"].as_str().unwrap_or("")
+        );
+        let exp = &step["response"];
+        assert_eq!(
+            r.status,
+            exp["status"].as_u64().unwrap() as u16,
+            "{ctx}: status; body {:?}",
+            r.text()
+        );
+        let eh = exp["headers"].as_object().unwrap();
+        for (k, v) in eh {
+            let got = r
+                .header(k)
+                .unwrap_or_else(|| panic!("{ctx}: missing header {k}: {r:?}"));
+            if k == "X-Consul-Index" {
+                self.idx.check(
+                    v.as_str().unwrap().parse().unwrap(),
+                    got.parse().unwrap(),
+                    &ctx,
+                );
+            } else {
+                assert_eq!(got, v.as_str().unwrap(), "{ctx}: header {k}");
+            }
+        }
+        for k in [
+            "Content-Type",
+            "X-Consul-Index",
+            "X-Consul-Knownleader",
+            "X-Consul-Lastcontact",
+        ] {
+            if !eh.contains_key(k) {
+                assert!(!r.has_header(k), "{ctx}: unexpected header {k}: {r:?}");
+            }
+        }
+        let body = &exp["body"];
+        match exp["body_kind"].as_str().unwrap() {
+            "text" => assert_eq!(r.text(), self.subst_text(body.as_str().unwrap()), "{ctx}"),
+            _ if body.is_null() => assert!(r.body.is_empty(), "{ctx}: body should be empty"),
+            _ => {
+                let act = r.json();
+                self.compare_json(body, &act, "", &ctx);
+            }
+        }
+    }
+
+    fn run_step(&mut self, i: usize, step: &Value) -> Resp {
+        let r = self.send(step, Self::request_body(step));
+        self.check(i, step, &r);
+        r
+    }
+}
+
+fn steps(doc: &Value) -> Vec<Value> {
+    doc["steps"].as_array().unwrap().clone()
+}
+
+#[test]
+fn reference_01_agent() {
+    let server = start_server();
+    let a = server.addr();
+    let r = get(a, "/v1/agent/self");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    assert!(!r.has_header("X-Consul-Index"));
+    let v = r.json();
+    assert_eq!(v["Config"]["NodeName"], NODE);
+    assert_eq!(v["Member"]["Name"], NODE);
+    let r = get(a, "/v1/status/leader");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!("127.0.0.1:8300"));
+    // The recorded shapes.
+    let doc = load("01-agent.json");
+    let recorded = &steps(&doc)[1]["response"]["body"];
+    assert!(recorded.is_string());
+}
+
+#[test]
+fn reference_02_session_lifecycle() {
+    let server = start_server();
+    let mut rp = Replay::new(&server, "02");
+    for (i, step) in steps(&load("02-session-lifecycle.json")).iter().enumerate() {
+        rp.run_step(i, step);
+    }
+    rp.idx.assert_constant_offset("02");
+}
+
+#[test]
+fn reference_03_session_create_validation() {
+    // The recorded TTL bounds are Consul's defaults (10s..24h).
+    let server = start_server_with(|o| o.session_ttl_min = Duration::from_secs(10));
+    let mut rp = Replay::new(&server, "03");
+    for (i, step) in steps(&load("03-session-create-validation.json"))
+        .iter()
+        .enumerate()
+    {
+        rp.run_step(i, step);
+    }
+    rp.idx.assert_constant_offset("03");
+}
+
+#[test]
+fn reference_04_kv_basics() {
+    let server = start_server();
+    let mut rp = Replay::new(&server, "04");
+    for (i, step) in steps(&load("04-kv-basics.json")).iter().enumerate() {
+        rp.run_step(i, step);
+    }
+    rp.idx.assert_constant_offset("04");
+}
+
+#[test]
+fn reference_05_lock_acquire_release() {
+    let server = start_server();
+    let mut rp = Replay::new(&server, "05");
+    let mut destroy_sent: Option<Instant> = None;
+    let mut exact = true;
+    for (i, step) in steps(&load("05-lock-acquire-release.json"))
+        .iter()
+        .enumerate()
+    {
+        let note = step["note"].as_str().unwrap_or("");
+        if note.starts_with("B's session is invalidated") {
+            destroy_sent = Some(Instant::now());
+            rp.run_step(i, step);
+        } else if note.starts_with("A acquires inside B's 2s lock-delay") {
+            let r = rp.send(step, Replay::request_body(step));
+            let elapsed = destroy_sent.unwrap().elapsed();
+            if r.json() == json!(true) {
+                // Only acceptable when the machine was too slow to get here
+                // within the lock-delay.
+                assert!(
+                    elapsed >= Duration::from_secs(2),
+                    "acquire inside lock-delay succeeded"
+                );
+                exact = false;
+            } else {
+                rp.check(i, step, &r);
+            }
+        } else if step.get("after_invalidation_s").is_some() {
+            // Retry until the lock-delay is over.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let r = loop {
+                let r = rp.send(step, Replay::request_body(step));
+                assert_eq!(r.status, 200);
+                if r.json() == json!(true) || Instant::now() > deadline {
+                    break r;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            };
+            let elapsed = destroy_sent.unwrap().elapsed();
+            rp.check(i, step, &r);
+            assert!(
+                elapsed >= Duration::from_secs(2),
+                "lock-delay ended early: {elapsed:?}"
+            );
+            assert!(
+                elapsed < Duration::from_secs(8),
+                "lock-delay too long: {elapsed:?}"
+            );
+        } else {
+            rp.run_step(i, step);
+        }
+    }
+    if exact {
+        rp.idx.assert_constant_offset("05");
+    }
+}
+
+#[test]
+fn reference_06_behavior_delete() {
+    let server = start_server();
+    let mut rp = Replay::new(&server, "06");
+    for (i, step) in steps(&load("06-behavior-delete.json")).iter().enumerate() {
+        rp.run_step(i, step);
+    }
+    rp.idx.assert_constant_offset("06");
+}
+
+#[test]
+fn reference_07_blocking_queries() {
+    let server = start_server();
+    let addr = server.addr();
+    let mut rp = Replay::new(&server, "07");
+    for (i, step) in steps(&load("07-blocking-queries.json")).iter().enumerate() {
+        let note = step["note"].as_str().unwrap_or("");
+        let path = step["request"]["path"].as_str().unwrap();
+        // The writes that woke the recorded queries are not steps of their own.
+        let writer = if note.starts_with("a write 0.5s later") {
+            Some(("/v1/kv/ref1795268726/watch/x", "2"))
+        } else if note.starts_with("a new key under the prefix") {
+            Some(("/v1/kv/ref1795268726/watch/y", "3"))
+        } else {
+            None
+        };
+        let writer = writer.map(|(p, v)| {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                assert_eq!(put(addr, p, v.as_bytes()).json(), json!(true));
+            })
+        });
+        let t0 = Instant::now();
+        rp.run_step(i, step);
+        let took = t0.elapsed();
+        if let Some(w) = writer {
+            w.join().unwrap();
+            assert!(
+                took < Duration::from_secs(4),
+                "step {i}: not woken by the write ({took:?})"
+            );
+        } else if path.contains("wait=1s") && note.starts_with("no change")
+            || note.starts_with("blocking on a missing key")
+        {
+            assert!(
+                took >= Duration::from_secs(1),
+                "step {i}: returned early ({took:?})"
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "step {i}: waited too long ({took:?})"
+            );
+        } else if path.contains("index=") {
+            assert!(
+                took < Duration::from_secs(1),
+                "step {i}: should answer at once ({took:?})"
+            );
+        }
+    }
+    rp.idx.assert_constant_offset("07");
+}
+
+#[test]
+fn reference_08_session_ttl_expiry() {
+    // Scaled down: TTL 1s (minimum lowered to 1s) instead of 10s.
+    let server = start_server();
+    let addr = server.addr();
+    let mut rp = Replay::new(&server, "08");
+    let mut renewed_at: Option<Instant> = None;
+    for (i, step) in steps(&load("08-session-ttl-expiry.json"))
+        .iter()
+        .enumerate()
+    {
+        if step.get("observation").is_some() {
+            let t = rp.real("T");
+            let gone = wait_until(Duration::from_secs(10), || {
+                get(addr, &format!("/v1/session/info/{t}")).json() == json!([])
+            });
+            let elapsed = renewed_at.unwrap().elapsed();
+            assert!(gone, "TTL session never expired");
+            assert!(
+                elapsed >= Duration::from_millis(1500) && elapsed <= Duration::from_secs(6),
+                "1s TTL session expired after {elapsed:?} (want about 2 × TTL)"
+            );
+            continue;
+        }
+        let mut step = step.clone();
+        if let Some(ttl) = step["request"]["body"].get_mut("TTL") {
+            *ttl = json!("1s");
+        }
+        if let Some(list) = step["response"]["body"].as_array_mut() {
+            for s in list {
+                if s.get("TTL").is_some() {
+                    s["TTL"] = json!("1s");
+                }
+            }
+        }
+        if step["request"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/v1/session/renew/")
+        {
+            renewed_at = Some(Instant::now());
+        }
+        rp.run_step(i, &step);
+    }
+}
+
+// ----- beyond the recordings ---------------------------------------------------
+
+fn kv_index(addr: SocketAddr, key: &str) -> u64 {
+    let r = get(addr, &format!("/v1/kv/{key}"));
+    assert_eq!(r.status, 200, "GET {key}");
+    r.index()
+}
+
+#[test]
+fn kv_entry_json_field_order_and_shapes() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"Name": "order"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/o/k?acquire={s}&flags=7"), b"v").json(),
+        json!(true)
+    );
+    let r = get(a, "/v1/kv/o/k");
+    let text = r.text();
+    let fields = [
+        "\"LockIndex\"",
+        "\"Key\"",
+        "\"Flags\"",
+        "\"Value\"",
+        "\"Session\"",
+        "\"CreateIndex\"",
+        "\"ModifyIndex\"",
+    ];
+    let pos: Vec<usize> = fields
+        .iter()
+        .map(|f| {
+            text.find(f)
+                .unwrap_or_else(|| panic!("{f} missing in {text}"))
+        })
+        .collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "field order: {text}");
+    let r = get(a, &format!("/v1/session/info/{s}"));
+    let text = r.text();
+    let fields = [
+        "\"ID\"",
+        "\"Name\"",
+        "\"Node\"",
+        "\"Checks\"",
+        "\"LockDelay\"",
+        "\"Behavior\"",
+        "\"TTL\"",
+        "\"CreateIndex\"",
+        "\"ModifyIndex\"",
+    ];
+    let pos: Vec<usize> = fields.iter().map(|f| text.find(f).unwrap()).collect();
+    assert!(
+        pos.windows(2).all(|w| w[0] < w[1]),
+        "session field order: {text}"
+    );
+    // Session omitted when none; Value null when empty.
+    put(a, "/v1/kv/o/e", b"");
+    let v = get(a, "/v1/kv/o/e").json();
+    assert!(v[0].get("Session").is_none());
+    assert_eq!(v[0]["Value"], Value::Null);
+}
+
+#[test]
+fn kv_keys_raw_cas_and_deletes() {
+    let server = start_server();
+    let a = server.addr();
+    for k in ["p/a", "p/b/c", "p/b/d", "p/e/f/g", "q/x"] {
+        assert_eq!(
+            put(a, &format!("/v1/kv/{k}"), k.as_bytes()).json(),
+            json!(true)
+        );
+    }
+    assert_eq!(
+        get(a, "/v1/kv/p/?keys&separator=/").json(),
+        json!(["p/a", "p/b/", "p/e/"])
+    );
+    assert_eq!(
+        get(a, "/v1/kv/p?keys").json(),
+        json!(["p/a", "p/b/c", "p/b/d", "p/e/f/g"])
+    );
+    assert_eq!(
+        get(a, "/v1/kv/?keys&separator=/").json(),
+        json!(["p/", "q/"])
+    );
+    assert_eq!(get(a, "/v1/kv/zz?keys").status, 404);
+    // An empty root listing is [] rather than 404.
+    let empty = start_server();
+    let r = get(empty.addr(), "/v1/kv/?keys");
+    assert_eq!((r.status, r.json(), r.index()), (200, json!([]), 1));
+    // Raw values: sniffed content type, no type when empty.
+    put(a, "/v1/kv/bin", &[0u8, 1, 2, 3]);
+    let r = get(a, "/v1/kv/bin?raw");
+    assert_eq!(r.header("Content-Type"), Some("application/octet-stream"));
+    assert_eq!(r.body, vec![0, 1, 2, 3]);
+    put(a, "/v1/kv/none", b"");
+    let r = get(a, "/v1/kv/none?raw");
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty() && !r.has_header("Content-Type"));
+    // Keys are percent-decoded; the leading slash belongs to the route.
+    put(a, "/v1/kv/sp%20ace%2Fx", b"1");
+    assert_eq!(get(a, "/v1/kv/sp%20ace/x").json()[0]["Key"], "sp ace/x");
+    // Flags echo and parse errors.
+    put(a, "/v1/kv/f?flags=18446744073709551615", b"x");
+    assert_eq!(get(a, "/v1/kv/f").json()[0]["Flags"], json!(u64::MAX));
+    let r = put(a, "/v1/kv/f?flags=18446744073709551616", b"x");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "strconv.ParseUint: parsing \"18446744073709551616\": value out of range"
+        )
+    );
+    // cas on a missing key with a non-zero index fails; delete cas works.
+    assert_eq!(put(a, "/v1/kv/nokey?cas=5", b"x").json(), json!(false));
+    let idx = kv_index(a, "p/a");
+    assert_eq!(
+        http(
+            a,
+            "DELETE",
+            &format!("/v1/kv/p/a?cas={}", idx + 1),
+            None,
+            &[]
+        )
+        .json(),
+        json!(false)
+    );
+    assert_eq!(
+        http(a, "DELETE", &format!("/v1/kv/p/a?cas={idx}"), None, &[]).json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/p/a").status, 404);
+    let r = http(a, "DELETE", "/v1/kv/p?recurse&cas=1", None, &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (400, "Conflicting flags: cas=1&recurse=")
+    );
+    let r = http(a, "DELETE", "/v1/kv/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing key name"));
+    assert_eq!(
+        http(a, "DELETE", "/v1/kv/p?recurse", None, &[]).json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/p?recurse").status, 404);
+    assert_eq!(get(a, "/v1/kv/q/x").status, 200);
+    let r = get(a, "/v1/kv/q/x?stale&consistent");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.text(),
+        "Cannot specify ?stale with ?consistent, conflicting semantics."
+    );
+}
+
+#[test]
+fn lock_index_and_plain_put_on_held_key() {
+    let server = start_server();
+    let a = server.addr();
+    let s1 = create_session(a, json!({"LockDelay": "0s"}));
+    let s2 = create_session(a, json!({"LockDelay": "0s"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s1}&flags=9"), b"a").json(),
+        json!(true)
+    );
+    let e = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(
+        (e["LockIndex"].as_u64(), e["Flags"].as_u64()),
+        (Some(1), Some(9))
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s1}"), b"b").json(),
+        json!(true)
+    );
+    let e2 = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(e2["LockIndex"], 1);
+    assert!(e2["ModifyIndex"].as_u64() > e["ModifyIndex"].as_u64());
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={s2}"), b"c").json(),
+        json!(false)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?release={s2}"), b"").json(),
+        json!(false)
+    );
+    // Plain PUT: LockIndex 0, Session kept, Flags from the request.
+    assert_eq!(put(a, "/v1/kv/l?flags=3", b"plain").json(), json!(true));
+    let e3 = get(a, "/v1/kv/l").json()[0].clone();
+    assert_eq!(e3["LockIndex"], 0);
+    assert_eq!(e3["Session"], json!(s1));
+    assert_eq!(e3["Flags"], 3);
+    // Release by the holder: Session cleared, value and flags from the request.
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?release={s1}&flags=4"), b"rel").json(),
+        json!(true)
+    );
+    let e4 = get(a, "/v1/kv/l").json()[0].clone();
+    assert!(e4.get("Session").is_none());
+    assert_eq!(
+        (e4["Flags"].as_u64(), e4["Value"].as_str()),
+        (Some(4), Some("cmVs"))
+    );
+    // Acquire with a malformed session ID.
+    let r = put(a, "/v1/kv/l?acquire=nope", b"");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "failed session lookup: index error: UUID must be 36 characters"
+        )
+    );
+    // Upper-case IDs find the session (the index parses hex).
+    let upper = s2.to_uppercase();
+    assert_eq!(
+        put(a, &format!("/v1/kv/l?acquire={upper}"), b"u").json(),
+        json!(true)
+    );
+    assert_eq!(get(a, "/v1/kv/l").json()[0]["Session"], json!(s2));
+    assert_eq!(
+        get(a, &format!("/v1/session/info/{upper}")).json()[0]["ID"],
+        json!(s2)
+    );
+}
+
+#[test]
+fn lock_delay_after_invalidation_but_not_after_release() {
+    let server = start_server();
+    let a = server.addr();
+    let holder = create_session(a, json!({"LockDelay": "1s"}));
+    let other = create_session(a, json!({"LockDelay": "0s"}));
+    // Voluntary release: no lock-delay.
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={holder}"), b"h").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?release={holder}"), b"").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json(),
+        json!(true)
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?release={other}"), b"").json(),
+        json!(true)
+    );
+    // Expiry through the Rust API: lock-delay applies.
+    assert_eq!(
+        put(a, &format!("/v1/kv/d?acquire={holder}"), b"h").json(),
+        json!(true)
+    );
+    let t0 = Instant::now();
+    assert!(server.expire_session(&holder));
+    assert!(!server.expire_session(&holder));
+    let e = get(a, "/v1/kv/d").json()[0].clone();
+    assert!(
+        e.get("Session").is_none(),
+        "behavior release clears the session"
+    );
+    assert_eq!(e["LockIndex"], 3, "three acquisitions so far");
+    let first = put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json();
+    if first == json!(true) {
+        assert!(
+            t0.elapsed() >= Duration::from_secs(1),
+            "acquire inside the lock-delay"
+        );
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        put(a, &format!("/v1/kv/d?acquire={other}"), b"o").json() == json!(true)
+    }));
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "lock-delay ended early"
+    );
+    // Expiry through the control endpoint, with behavior delete.
+    let del = create_session(a, json!({"Behavior": "delete", "LockDelay": "0s"}));
+    assert_eq!(
+        put(a, &format!("/v1/kv/eph?acquire={del}"), b"x").json(),
+        json!(true)
+    );
+    let before = get(a, "/v1/kv/eph").index();
+    let r = put(a, &format!("/v1/conlock-dev/session/expire/{del}"), b"");
+    assert_eq!(r.json(), json!(true));
+    let r = get(a, "/v1/kv/eph");
+    assert_eq!(r.status, 404);
+    assert!(r.index() > before);
+    assert_eq!(get(a, &format!("/v1/session/info/{del}")).json(), json!([]));
+    assert_eq!(
+        put(a, &format!("/v1/conlock-dev/session/expire/{del}"), b"").json(),
+        json!(false)
+    );
+    // Without lock-delay (0s) the key is free at once.
+    assert_eq!(
+        put(a, &format!("/v1/kv/eph?acquire={other}"), b"x").json(),
+        json!(true)
+    );
+}
+
+#[test]
+fn session_invalidation_updates_both_tables_at_one_index() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"LockDelay": 0}));
+    put(a, &format!("/v1/kv/k1?acquire={s}"), b"1");
+    put(a, &format!("/v1/kv/k2?acquire={s}"), b"2");
+    put(a, "/v1/kv/other", b"3");
+    assert_eq!(
+        http(a, "PUT", &format!("/v1/session/destroy/{s}"), None, &[]).json(),
+        json!(true)
+    );
+    let sess_idx = get(a, "/v1/session/list").index();
+    let k1 = get(a, "/v1/kv/k1").json()[0]["ModifyIndex"]
+        .as_u64()
+        .unwrap();
+    let k2 = get(a, "/v1/kv/k2").json()[0]["ModifyIndex"]
+        .as_u64()
+        .unwrap();
+    assert_eq!((k1, k2), (sess_idx, sess_idx));
+    assert_eq!(get(a, "/v1/kv/?recurse").index(), sess_idx);
+    // Numbers below 1000 are seconds; Checks [] means none, null too.
+    let s = create_session(a, json!({"LockDelay": 3, "Checks": []}));
+    let v = get(a, &format!("/v1/session/info/{s}")).json()[0].clone();
+    assert_eq!(
+        (v["LockDelay"].as_i64(), v["Checks"].clone()),
+        (Some(3_000_000_000), json!([]))
+    );
+    let s = create_session(
+        a,
+        json!({"lockdelay": "250ms", "checks": null, "ttl": "0s"}),
+    );
+    let v = get(a, &format!("/v1/session/info/{s}")).json()[0].clone();
+    assert_eq!(v["LockDelay"], 250_000_000);
+    assert_eq!(v["Checks"], Value::Null);
+    assert_eq!(v["TTL"], "0s");
+}
+
+#[test]
+fn session_create_decode_errors() {
+    let server = start_server();
+    let a = server.addr();
+    let cases: &[(&str, u16, &str)] = &[
+        ("{\"Name\": 5}", 400, "Request decode failed: 1 error(s) decoding:\n\n* 'Name' expected type 'string', got unconvertible type 'float64'"),
+        ("[1]", 400, "Request decode failed: '' expected a map, got 'slice'"),
+        ("{\"LockDelay\": \"5\"}", 400, "Request decode failed: time: missing unit in duration \"5\""),
+        ("{\"Checks\": \"serfHealth\"}", 400, "Request decode failed: 1 error(s) decoding:\n\n* 'Checks': source data must be an array or slice, got string"),
+        ("{\"Name\": \"x\"", 400, "Request decode failed: unexpected EOF"),
+        (" ", 400, "Request decode failed: EOF"),
+        ("{\"Node\": \"\"}", 500, "Must provide Node"),
+        ("{\"TTL\": \"0.5s\"}", 500, "Invalid Session TTL '500000000', must be between [1s=24h0m0s]"),
+        ("{\"TTL\": \"25h\"}", 500, "Invalid Session TTL '90000000000000', must be between [1s=24h0m0s]"),
+        ("{\"TTL\": \"5\"}", 500, "Session TTL '5' invalid: time: missing unit in duration \"5\""),
+        ("{\"Node\": \"CONLOCK-DEV\", \"Checks\": [\"SerfHealth\"]}", 200, ""),
+    ];
+    for (body, status, msg) in cases {
+        let r = put(a, "/v1/session/create", body.as_bytes());
+        assert_eq!(r.status, *status, "{body}: {}", r.text());
+        if !msg.is_empty() {
+            assert_eq!(r.text(), *msg, "{body}");
+            assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+        }
+    }
+    let r = http(a, "PUT", "/v1/session/create", None, &[]);
+    assert_eq!(r.status, 200, "no body: defaults");
+    let r = http(a, "PUT", "/v1/session/renew/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing session"));
+    let r = http(a, "PUT", "/v1/session/renew/nope", None, &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            500,
+            "failed session lookup: index error: UUID must be 36 characters"
+        )
+    );
+    let r = get(a, "/v1/session/info/nope");
+    assert_eq!(r.status, 500);
+    let r = get(a, "/v1/session/node/nobody");
+    assert_eq!((r.status, r.json()), (200, json!([])));
+}
+
+#[test]
+fn ttl_renewal_keeps_a_session_alive() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({"TTL": "1s", "LockDelay": "0s"}));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(3500) {
+        let r = http(a, "PUT", &format!("/v1/session/renew/{s}"), None, &[]);
+        assert_eq!(
+            r.status,
+            200,
+            "renewed session expired after {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(r.json()[0]["TTL"], "1s");
+        assert!(!r.has_header("X-Consul-Index"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let stopped = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || {
+        get(a, &format!("/v1/session/info/{s}")).json() == json!([])
+    }));
+    assert!(stopped.elapsed() >= Duration::from_millis(1500));
+    let r = http(a, "PUT", &format!("/v1/session/renew/{s}"), None, &[]);
+    assert_eq!(
+        (r.status, r.text()),
+        (404, format!("Session id '{s}' not found"))
+    );
+}
+
+#[test]
+fn blocking_queries_wake_only_on_relevant_changes() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/w/a", b"1");
+    // Sessions: a blocking list is woken by a create.
+    let idx = get(a, "/v1/session/list").index();
+    let waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        (
+            get(a, &format!("/v1/session/list?index={idx}&wait=30s")),
+            t.elapsed(),
+        )
+    });
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        >= 3));
+    let s = create_session(a, json!({}));
+    let (r, took) = waiter.join().unwrap();
+    assert!(r.index() > idx);
+    assert_eq!(r.json()[0]["ID"], json!(s));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Times out with the same index when nothing changes.
+    let idx = r.index();
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/session/list?index={idx}&wait=300ms"));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert_eq!(r.index(), idx);
+    // A prefix query ignores writes elsewhere, and a key query other keys.
+    let idx = get(a, "/v1/kv/w/?keys").index();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        put(a, "/v1/kv/elsewhere", b"x");
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/?keys&index={idx}&wait=1s"));
+    writer.join().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "woken by an unrelated write"
+    );
+    assert_eq!(r.index(), idx);
+    let key_idx = kv_index(a, "w/a");
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        put(a, "/v1/kv/w/b", b"x");
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/a?index={key_idx}&wait=1s"));
+    writer.join().unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    assert_eq!(r.index(), key_idx);
+    // Deleting the watched key wakes it (404 with a newer index).
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        http(a, "DELETE", "/v1/kv/w/a", None, &[]);
+    });
+    let t = Instant::now();
+    let r = get(a, &format!("/v1/kv/w/a?index={key_idx}&wait=20s"));
+    writer.join().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.status, 404);
+    assert!(r.index() > key_idx);
+}
+
+#[test]
+fn hundred_blocking_queries_woken_by_one_put() {
+    let slowest = many_blocking_queries_woken_by_one_put(100);
+    assert!(
+        slowest < Duration::from_secs(10),
+        "slowest wake-up {slowest:?}"
+    );
+}
+
+/// Heavier variant: `cargo test --test it -- --ignored thousand`.
+#[test]
+#[ignore]
+fn thousand_blocking_queries_woken_by_one_put() {
+    let slowest = many_blocking_queries_woken_by_one_put(1000);
+    eprintln!("1000 blocking queries: slowest wake-up {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "slowest wake-up {slowest:?}"
+    );
+}
+
+fn many_blocking_queries_woken_by_one_put(n: usize) -> Duration {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/hot", b"before");
+    let idx = kv_index(a, "hot");
+    let base = server.request_count();
+    let barrier = Arc::new(Barrier::new(n));
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                let r = get(a, &format!("/v1/kv/hot?index={idx}&wait=60s"));
+                (r, Instant::now())
+            })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(60), || server.request_count()
+            >= base + n as u64),
+        "not all queries arrived"
+    );
+    let put_at = Instant::now();
+    put(a, "/v1/kv/hot", b"after");
+    let mut slowest = Duration::ZERO;
+    for w in waiters {
+        let (r, done) = w.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.index() > idx);
+        assert_eq!(r.json()[0]["Value"], "YWZ0ZXI=");
+        slowest = slowest.max(done.saturating_duration_since(put_at));
+    }
+    slowest
+}
+
+#[test]
+fn acl_token_is_required() {
+    let server = start_server_with(|o| o.acl_token = Some("s3cret".to_string()));
+    let a = server.addr();
+    let r = get(a, "/v1/kv/x");
+    assert_eq!((r.status, r.text().as_str()), (403, "Permission denied"));
+    assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    let r = http(
+        a,
+        "GET",
+        "/v1/agent/self",
+        None,
+        &[("X-Consul-Token", "wrong")],
+    );
+    assert_eq!(r.status, 403);
+    let r = http(
+        a,
+        "PUT",
+        "/v1/kv/x",
+        Some(b"1"),
+        &[("X-Consul-Token", "s3cret")],
+    );
+    assert_eq!((r.status, r.json()), (200, json!(true)));
+    assert_eq!(get(a, "/v1/kv/x?token=s3cret").status, 200);
+    // The query token wins over the header.
+    let r = http(
+        a,
+        "GET",
+        "/v1/kv/x?token=wrong",
+        None,
+        &[("X-Consul-Token", "s3cret")],
+    );
+    assert_eq!(r.status, 403);
+    // The control endpoint needs no token.
+    assert_eq!(get(a, "/v1/conlock-dev/stats").status, 200);
+}
+
+#[test]
+fn stats_and_request_count_exclude_the_control_endpoint() {
+    let server = start_server();
+    let a = server.addr();
+    assert_eq!(server.request_count(), 0);
+    put(a, "/v1/kv/a", b"1");
+    put(a, "/v1/kv/b", b"1");
+    create_session(a, json!({}));
+    get(a, "/v1/nope");
+    assert_eq!(server.request_count(), 4);
+    let v = get(a, "/v1/conlock-dev/stats").json();
+    assert_eq!(v, json!({"requests": 4, "sessions": 1, "keys": 2}));
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(server.request_count(), 4);
+    let r = http(a, "PUT", "/v1/conlock-dev/fault?mode=bogus", None, &[]);
+    assert_eq!(r.status, 400);
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=hang&for=xyz",
+        None,
+        &[],
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(get(a, "/v1/conlock-dev/fault").status, 405);
+}
+
+#[test]
+fn fault_error_mode() {
+    let server = start_server();
+    let a = server.addr();
+    let t0 = Instant::now();
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=error&for=1s",
+        None,
+        &[],
+    );
+    assert_eq!(r.json(), json!(true));
+    let r = get(a, "/v1/kv/x");
+    if t0.elapsed() < Duration::from_secs(1) {
+        assert_eq!((r.status, r.text().as_str()), (500, "No cluster leader"));
+        assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    }
+    assert_eq!(get(a, "/v1/conlock-dev/stats").status, 200);
+    assert!(wait_until(Duration::from_secs(10), || get(a, "/v1/kv/x")
+        .status
+        == 404));
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    // mode=none clears a fault early.
+    server.fault(FaultMode::Error, Duration::from_secs(600));
+    assert_eq!(get(a, "/v1/status/leader").status, 500);
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(get(a, "/v1/status/leader").status, 200);
+}
+
+#[test]
+fn fault_hang_mode() {
+    let server = start_server();
+    let a = server.addr();
+    let t0 = Instant::now();
+    http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=hang&for=1500ms",
+        None,
+        &[],
+    );
+    let r = get(a, "/v1/status/leader");
+    assert_eq!(r.status, 200, "served normally after the hang");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    // A long hang ends early with mode=none.
+    server.fault(FaultMode::Hang, Duration::from_secs(600));
+    let base = server.request_count();
+    let held = std::thread::spawn(move || get(a, "/v1/status/leader").status);
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    let t1 = Instant::now();
+    http(a, "PUT", "/v1/conlock-dev/fault?mode=none", None, &[]);
+    assert_eq!(held.join().unwrap(), 200);
+    assert!(t1.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn fault_drop_mode() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/k", b"1");
+    let idx = kv_index(a, "k");
+    let base = server.request_count();
+    let blocked = std::thread::spawn(move || {
+        try_http(
+            a,
+            "GET",
+            &format!("/v1/kv/k?index={idx}&wait=60s"),
+            None,
+            &[],
+        )
+    });
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    let t0 = Instant::now();
+    let r = http(
+        a,
+        "PUT",
+        "/v1/conlock-dev/fault?mode=drop&for=1500ms",
+        None,
+        &[],
+    );
+    assert_eq!(r.json(), json!(true));
+    assert!(
+        blocked.join().unwrap().is_err(),
+        "blocking query must be dropped"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let during = try_http(a, "GET", "/v1/kv/k", None, &[]);
+    if t0.elapsed() < Duration::from_millis(1500) {
+        assert!(during.is_err(), "request during drop got {during:?}");
+    }
+    assert!(wait_until(Duration::from_secs(10), || {
+        try_http(a, "GET", "/v1/kv/k", None, &[]).is_ok_and(|r| r.status == 200)
+    }));
+    assert!(t0.elapsed() >= Duration::from_millis(1500));
+    // The Rust API does the same.
+    server.fault(FaultMode::Drop, Duration::from_secs(600));
+    assert!(try_http(a, "GET", "/v1/kv/k", None, &[]).is_err());
+    server.clear_fault();
+    assert_eq!(get(a, "/v1/kv/k").status, 200);
+}
+
+#[test]
+fn shutdown_closes_held_connections() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/k", b"1");
+    let idx = kv_index(a, "k");
+    let base = server.request_count();
+    let blocked = std::thread::spawn(move || {
+        let t = Instant::now();
+        (
+            try_http(
+                a,
+                "GET",
+                &format!("/v1/kv/k?index={idx}&wait=60s"),
+                None,
+                &[],
+            ),
+            t.elapsed(),
+        )
+    });
+    let mut idle = std::net::TcpStream::connect(a).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .request_count()
+        > base));
+    server.shutdown();
+    let (res, took) = blocked.join().unwrap();
+    assert!(res.is_err(), "held query got an answer: {res:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    match std::io::Read::read(&mut idle, &mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("idle connection got {n} bytes"),
+    }
+    assert!(std::net::TcpStream::connect(a).is_err(), "still listening");
+}
+
+#[test]
+fn dropping_the_server_stops_it() {
+    let a;
+    {
+        let server = start_server();
+        a = server.addr();
+        assert_eq!(get(a, "/v1/status/leader").status, 200);
+    }
+    assert!(std::net::TcpStream::connect(a).is_err());
+}
+
+#[test]
+fn routing_methods_and_redirects() {
+    let server = start_server();
+    let a = server.addr();
+    let r = get(a, "/v1/nope");
+    assert_eq!(r.status, 404);
+    assert!(r.body.is_empty());
+    let r = http(a, "POST", "/v1/kv/x", Some(b"1"), &[]);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (405, "method POST not allowed")
+    );
+    assert_eq!(r.header("Allow"), Some("OPTIONS,GET,PUT,DELETE"));
+    let r = get(a, "/v1/session/create");
+    assert_eq!(r.status, 405);
+    let r = http(a, "OPTIONS", "/v1/session/list", None, &[]);
+    assert_eq!((r.status, r.header("Allow")), (200, Some("OPTIONS,GET")));
+    let r = get(a, "/v1/kv//a");
+    assert_eq!((r.status, r.header("Location")), (301, Some("/v1/kv/a")));
+    let r = get(a, "/v1/kv");
+    assert_eq!((r.status, r.header("Location")), (301, Some("/v1/kv/")));
+    let r = get(a, "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "Consul Agent"));
+    let r = http(a, "PUT", "/v1/session/destroy/", None, &[]);
+    assert_eq!((r.status, r.text().as_str()), (400, "Missing session"));
+    let r = get(a, "/v1/kv/x?index=1&wait=bogus");
+    assert_eq!((r.status, r.text().as_str()), (400, "Invalid wait time"));
+    let r = get(a, "/v1/status/peers");
+    assert_eq!(r.json(), json!(["127.0.0.1:8300"]));
+    let r = http(a, "HEAD", "/v1/kv/x", None, &[]);
+    assert_eq!(r.status, 405);
+}
+
+fn still_serving(a: SocketAddr) {
+    let r = get(a, "/v1/status/leader");
+    assert_eq!(r.status, 200, "server no longer answers");
+}
+
+#[test]
+fn malformed_requests_do_not_kill_the_server() {
+    let server = start_server();
+    let a = server.addr();
+    let t = Duration::from_secs(20);
+    let status_of = |raw: &[u8]| -> Option<u16> {
+        send_raw(a, raw, t)
+            .ok()
+            .and_then(|b| parse_response(&b, false))
+            .map(|r| r.status)
+    };
+    let cases: &[(&[u8], Option<u16>)] = &[
+        (b"GARBAGE\r\n\r\n", Some(400)),
+        (b"\x00\x01\x02\xff\xfe\r\n\r\n", Some(400)),
+        (b"GET /v1/kv/a%zz HTTP/1.1\r\nHost: x\r\n\r\n", Some(400)),
+        (
+            b"GET /v1/kv/a?x=%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+        (
+            b"GET /v1/kv/a%09b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Some(400),
+        ),
+        (b"GET /v1/kv/a HTTP/2.0\r\n\r\n", Some(505)),
+        (b"GET /v1/kv/a HTTP/1.1\r\nBad Header\r\n\r\n", Some(400)),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+            Some(400),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            Some(400),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            Some(501),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            Some(400),
+        ),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            Some(413),
+        ),
+        (b"GET /v1/kv/a HTTP/1.1\r\nHost:", None),
+        (
+            b"PUT /v1/kv/a HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
+            None,
+        ),
+        (
+            b"GET /v1/session/info/%FF%FE HTTP/1.1\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+        (
+            b"PUT /v1/kv/%E2%82%AC?acquire=%00 HTTP/1.1\r\nConnection: close\r\n\r\n",
+            Some(500),
+        ),
+    ];
+    for (raw, want) in cases {
+        let got = status_of(raw);
+        if want.is_some() {
+            assert_eq!(got, *want, "for {:?}", String::from_utf8_lossy(raw));
+        }
+        still_serving(a);
+    }
+    // Deeply nested JSON in a session body.
+    let deep = "[".repeat(200_000);
+    let r = put(a, "/v1/session/create", deep.as_bytes());
+    assert_eq!(r.status, 400);
+    still_serving(a);
+    // Oversized header block.
+    let mut big = b"GET /v1/kv/a HTTP/1.1\r\nX-Big: ".to_vec();
+    big.extend(vec![b'a'; 2 << 20]);
+    big.extend_from_slice(b"\r\n\r\n");
+    if let Some(s) = status_of(&big) {
+        assert_eq!(s, 431);
+    }
+    still_serving(a);
+    // Oversized body: 413 then close.
+    let mut huge = b"PUT /v1/kv/big HTTP/1.1\r\nContent-Length: 600000\r\n\r\n".to_vec();
+    huge.extend(vec![b'x'; 600_000]);
+    let raw = send_raw(a, &huge, t).unwrap();
+    let r = parse_response(&raw, false).unwrap();
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (413, "Value exceeds 524288 byte limit")
+    );
+    assert_eq!(r.header("Connection"), Some("close"));
+    // With Expect: 100-continue the body is never requested.
+    let raw = send_raw(
+        a,
+        b"PUT /v1/kv/big HTTP/1.1\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n",
+        t,
+    )
+    .unwrap();
+    assert_eq!(parse_response(&raw, false).unwrap().status, 413);
+    // Exactly the limit is fine.
+    let max = vec![b'y'; 524_288];
+    assert_eq!(put(a, "/v1/kv/max", &max).json(), json!(true));
+    assert_eq!(get(a, "/v1/kv/max?raw").body.len(), 524_288);
+    still_serving(a);
+}
+
+#[test]
+fn keep_alive_pipelining_and_chunked_bodies() {
+    use std::io::{Read, Write};
+    let server = start_server();
+    let a = server.addr();
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        b"PUT /v1/kv/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+          3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n\
+          GET /v1/kv/c?raw HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /v1/status/leader HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
+    assert!(text.contains("\r\n\r\nabcde"), "{text}");
+    // HTTP/1.0 closes unless asked to keep alive.
+    let raw = send_raw(
+        a,
+        b"GET /v1/status/leader HTTP/1.0\r\n\r\n",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(parse_response(&raw, false).unwrap().status, 200);
+    // Expect: 100-continue for a normal body.
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"PUT /v1/kv/e HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 25];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"ok").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    assert_eq!(parse_response(&out, false).unwrap().json(), json!(true));
+}
+
+#[test]
+fn options_defaults_and_foreground_line() {
+    let o = Options::default();
+    assert_eq!(o.addr, SocketAddr::from(([127, 0, 0, 1], 8500)));
+    assert_eq!(o.session_ttl_min, Duration::from_secs(10));
+    assert_eq!(o.acl_token, None);
+    assert_eq!(o.node_name, "conlock-dev");
+    let server = start_server_with(|o| o.node_name = "elsewhere".to_string());
+    let a = server.addr();
+    assert_eq!(
+        get(a, "/v1/agent/self").json()["Config"]["NodeName"],
+        "elsewhere"
+    );
+    let s = create_session(a, json!({}));
+    assert_eq!(
+        get(a, "/v1/session/node/ELSEWHERE").json()[0]["ID"],
+        json!(s)
+    );
+    assert_eq!(
+        get(a, &format!("/v1/session/info/{s}")).json()[0]["Node"],
+        "elsewhere"
+    );
+}
+
+#[test]
+fn run_foreground_serves_until_sigterm() {
+    // A free port (run_foreground prints rather than returns the address).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let opts = Options {
+        addr,
+        ..Options::default()
+    };
+    let fg = std::thread::spawn(move || conlock::devserver::run_foreground(opts));
+    // The signal handlers are installed before the server listens, so once it
+    // answers, SIGTERM reaches run_foreground instead of killing the tests.
+    assert!(wait_until(Duration::from_secs(20), || {
+        try_http(addr, "GET", "/v1/status/leader", None, &[]).is_ok_and(|r| r.status == 200)
+    }));
+    // SAFETY: plain kill(2) to our own process.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    let res = fg.join().unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+}
