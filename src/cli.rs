@@ -55,13 +55,19 @@ pub enum Command {
     #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}"))]
     Sem(SemArgs),
     /// Show who holds a lock or semaphore (exit 0 held, 1 free)
-    #[command(after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --json | jq .holders")]
+    #[command(
+        after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --json | jq .holders"
+    )]
     Status(StatusArgs),
     /// Print a line (or run a handler) each time the holder changes
-    #[command(after_help = "Examples:\n  conlock watch --prefix service/x\n  conlock watch --key k -- sh -c 'echo \"$CONLOCK_EVENT by $CONLOCK_HOLDER_SESSION\"'")]
+    #[command(
+        after_help = "Examples:\n  conlock watch --prefix service/x\n  conlock watch --key k -- sh -c 'echo \"$CONLOCK_EVENT by $CONLOCK_HOLDER_SESSION\"'"
+    )]
     Watch(WatchArgs),
     /// Force-release a stuck lock or semaphore slot by destroying the holder's session
-    #[command(after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes")]
+    #[command(
+        after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes"
+    )]
     Break(BreakArgs),
     /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)
     DevServer(DevServerArgs),

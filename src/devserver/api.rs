@@ -250,18 +250,18 @@ fn parse_opts(q: &Query) -> Result<QueryOpts, Response> {
 /// Runs a blocking query: `probe` gives (index to report, change stamp).
 /// Answers at once when `index` is 0 or the reported index is past it;
 /// otherwise waits until the stamp changes (and the index is past `index`)
-/// or the wait (plus jitter) runs out. `None`: the connection was dropped.
+/// or the wait (plus jitter) runs out. `Err`: a fault ended it (drop or 500).
 fn block<T>(
     shared: &Shared,
     h: &ConnHandle,
     opts: &QueryOpts,
     probe: impl Fn(&Store) -> (u64, u64),
     render: impl FnOnce(&Store) -> T,
-) -> Option<(u64, T)> {
+) -> Result<(u64, T), Outcome> {
     let mut st = shared.lock_store();
     let (idx, mut stamp) = probe(&st);
     if opts.min_index == 0 || idx > opts.min_index {
-        return Some((idx, render(&st)));
+        return Ok((idx, render(&st)));
     }
     let mut wait = match opts.wait {
         Some(ns) if ns > 0 => Duration::from_nanos(ns as u64).min(MAX_WAIT),
@@ -274,26 +274,31 @@ fn block<T>(
     let deadline = Instant::now() + wait;
     loop {
         if shared.aborted(h) {
-            return None;
+            return Err(Outcome::Drop);
         }
-        if shared.current_fault(Instant::now()) == FaultMode::Drop {
-            drop(st);
-            h.kill();
-            return None;
+        match shared.current_fault(Instant::now()) {
+            FaultMode::Drop => {
+                drop(st);
+                h.kill();
+                return Err(Outcome::Drop);
+            }
+            // Like an agent losing its servers: queries in flight fail too.
+            FaultMode::Error => return Err(respond(text(500, "No cluster leader"))),
+            FaultMode::Hang | FaultMode::None => {}
         }
         let now = Instant::now();
         if now >= deadline {
             let (idx, _) = probe(&st);
-            return Some((idx, render(&st)));
+            return Ok((idx, render(&st)));
         }
         st = shared.wait_changed(st, deadline - now);
         if shared.aborted(h) {
-            return None;
+            return Err(Outcome::Drop);
         }
         let (idx, s) = probe(&st);
         if s != stamp {
             if idx > opts.min_index {
-                return Some((idx, render(&st)));
+                return Ok((idx, render(&st)));
             }
             stamp = s;
         }
@@ -330,9 +335,9 @@ fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpt
             },
         );
         return match got {
-            None => Outcome::Drop,
-            Some((idx, list)) if list.is_empty() => respond(with_meta(Response::new(404), idx)),
-            Some((idx, list)) => respond(with_meta(json(200, &J::A(list)), idx)),
+            Err(o) => o,
+            Ok((idx, list)) if list.is_empty() => respond(with_meta(Response::new(404), idx)),
+            Ok((idx, list)) => respond(with_meta(json(200, &J::A(list)), idx)),
         };
     }
     if key.is_empty() {
@@ -346,16 +351,16 @@ fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpt
         |s| s.kv_get(key).cloned(),
     );
     match got {
-        None => Outcome::Drop,
-        Some((idx, None)) => respond(with_meta(Response::new(404), idx)),
-        Some((idx, Some(e))) if q.has("raw") => {
+        Err(o) => o,
+        Ok((idx, None)) => respond(with_meta(Response::new(404), idx)),
+        Ok((idx, Some(e))) if q.has("raw") => {
             let mut r = Response::new(200);
             if !e.value.is_empty() {
                 r = r.header("Content-Type", detect_content_type(&e.value));
             }
             respond(with_meta(r.body(e.value), idx))
         }
-        Some((idx, Some(e))) => respond(with_meta(json(200, &J::A(vec![kv_json(key, &e)])), idx)),
+        Ok((idx, Some(e))) => respond(with_meta(json(200, &J::A(vec![kv_json(key, &e)])), idx)),
     }
 }
 
@@ -375,11 +380,11 @@ fn kv_keys(shared: &Shared, h: &ConnHandle, q: &Query, prefix: &str, opts: &Quer
         |s| s.kv_keys(prefix, sep),
     );
     match got {
-        None => Outcome::Drop,
-        Some((idx, keys)) if keys.is_empty() && !prefix.is_empty() => {
+        Err(o) => o,
+        Ok((idx, keys)) if keys.is_empty() && !prefix.is_empty() => {
             respond(with_meta(Response::new(404), idx))
         }
-        Some((idx, keys)) => respond(with_meta(
+        Ok((idx, keys)) => respond(with_meta(
             json(200, &J::A(keys.into_iter().map(J::S).collect())),
             idx,
         )),
@@ -769,10 +774,10 @@ fn session_renew(shared: &Shared, _h: &ConnHandle, _req: &Request, q: &Query, id
     respond(out)
 }
 
-fn sessions_answer(got: Option<(u64, Vec<J>)>) -> Outcome {
+fn sessions_answer(got: Result<(u64, Vec<J>), Outcome>) -> Outcome {
     match got {
-        None => Outcome::Drop,
-        Some((idx, list)) => respond(with_meta(json(200, &J::A(list)), idx)),
+        Err(o) => o,
+        Ok((idx, list)) => respond(with_meta(json(200, &J::A(list)), idx)),
     }
 }
 

@@ -126,15 +126,17 @@ impl Conn {
 
     /// Reads up to and including the blank line ending the header block.
     fn read_head(&mut self) -> Result<Vec<u8>, HeadErr> {
-        let mut scanned = self.pos;
+        // How many bytes of the unread data were already searched. Relative to `pos`,
+        // because `fill` may move the unread data to the start of the buffer.
+        let mut searched = 0usize;
         loop {
             // Skip empty lines before a request line (as Go does).
             while self.pos < self.buf.len() && matches!(self.buf[self.pos], b'\r' | b'\n') {
                 self.pos += 1;
-                scanned = scanned.max(self.pos);
+                searched = searched.saturating_sub(1);
             }
             let data = &self.buf[self.pos..];
-            let from = scanned.saturating_sub(self.pos).saturating_sub(3);
+            let from = searched.saturating_sub(3);
             if let Some(end) = find_head_end(data, from) {
                 let head = data[..end].to_vec();
                 self.pos += end;
@@ -143,7 +145,7 @@ impl Conn {
             if data.len() > MAX_HEAD {
                 return Err(HeadErr::TooLarge);
             }
-            scanned = self.buf.len();
+            searched = data.len();
             match self.fill() {
                 Ok(0) | Err(_) => return Err(HeadErr::Closed),
                 Ok(_) => {}

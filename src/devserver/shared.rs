@@ -143,7 +143,8 @@ impl Shared {
     }
 
     /// Sets the fault for `dur` (forever when `None`); `FaultMode::None`
-    /// clears. Drop mode also closes every blocking query in flight.
+    /// clears. Drop mode also closes every blocking query in flight, and error
+    /// mode answers them with the 500.
     pub fn set_fault(&self, mode: FaultMode, dur: Option<Duration>) {
         {
             let mut f = relock(self.faults.lock());
@@ -154,7 +155,7 @@ impl Shared {
             };
         }
         self.fault_cv.notify_all();
-        if mode == FaultMode::Drop {
+        if matches!(mode, FaultMode::Drop | FaultMode::Error) {
             self.notify_changed();
         }
     }

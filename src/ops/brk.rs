@@ -21,22 +21,36 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
             return Ok(0);
         }
         (Some(s), hs) => {
-            let found: Vec<Holder> = hs.into_iter().filter(|h| &h.session == s).cloned().collect();
+            let found: Vec<Holder> = hs
+                .into_iter()
+                .filter(|h| &h.session == s)
+                .cloned()
+                .collect();
             if found.is_empty() {
-                return Err(Error::Usage(format!("session {s} holds nothing in {}", name(&snap))));
+                return Err(Error::Usage(format!(
+                    "session {s} holds nothing in {}",
+                    name(&snap)
+                )));
             }
             found
         }
         (None, hs) => hs.into_iter().cloned().collect(),
     };
-    let list = chosen.iter().map(Holder::describe).collect::<Vec<_>>().join(", ");
+    let list = chosen
+        .iter()
+        .map(Holder::describe)
+        .collect::<Vec<_>>()
+        .join(", ");
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             return Err(Error::Usage(
                 "refusing to break without --yes: stdin is not a terminal to confirm on".into(),
             ));
         }
-        eprint!("Destroy the session of {list} holding {}? [y/N] ", name(&snap));
+        eprint!(
+            "Destroy the session of {list} holding {}? [y/N] ",
+            name(&snap)
+        );
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -66,7 +80,11 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
                     value: Vec::new(),
                 };
                 sem.release(&client, &h.session);
-                println!("destroyed session {} of {}; its slot in {prefix} is free", h.session, h.describe());
+                println!(
+                    "destroyed session {} of {}; its slot in {prefix} is free",
+                    h.session,
+                    h.describe()
+                );
             }
         }
     }

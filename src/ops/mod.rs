@@ -74,7 +74,9 @@ impl Snapshot {
     pub fn holder_sessions(&self) -> Vec<String> {
         match self {
             Snapshot::Lock { holder, .. } => holder.iter().map(|h| h.session.clone()).collect(),
-            Snapshot::Semaphore { holders, .. } => holders.iter().map(|h| h.session.clone()).collect(),
+            Snapshot::Semaphore { holders, .. } => {
+                holders.iter().map(|h| h.session.clone()).collect()
+            }
         }
     }
 
@@ -138,7 +140,11 @@ impl Holder {
     /// `host pid 12 (session "name")`, for one-line messages.
     pub fn describe(&self) -> String {
         let host = self.value.get("host").and_then(Value::as_str);
-        let pid = self.value.get("pid").map(|p| format!(" pid {p}")).unwrap_or_default();
+        let pid = self
+            .value
+            .get("pid")
+            .map(|p| format!(" pid {p}"))
+            .unwrap_or_default();
         let name = self.name.as_deref().filter(|n| !n.is_empty());
         match (host, name) {
             (Some(h), Some(n)) => format!("{h}{pid} (session \"{n}\")"),
@@ -153,7 +159,8 @@ fn decode_value(bytes: &[u8]) -> Value {
     if bytes.is_empty() {
         return Value::Null;
     }
-    serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
 fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
@@ -167,9 +174,15 @@ fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
         key: pair.key.clone(),
         name: info.as_ref().map(|s| s.name.clone()),
         node: info.as_ref().map(|s| s.node.clone()),
-        ttl: info.as_ref().map(|s| s.ttl.clone()).filter(|t| !t.is_empty()),
+        ttl: info
+            .as_ref()
+            .map(|s| s.ttl.clone())
+            .filter(|t| !t.is_empty()),
         lock_delay_ns: info.as_ref().map(|s| s.lock_delay),
-        held_since: value.get("started").and_then(Value::as_str).map(str::to_string),
+        held_since: value
+            .get("started")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         value,
     }
 }
@@ -206,7 +219,9 @@ pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Sna
             let contenders: Vec<&KvPair> = pairs
                 .iter()
                 .filter(|p| {
-                    p.flags == SEMAPHORE_FLAGS && p.key != lock_key && p.key.rsplit_once('/').map(|(d, _)| d) == Some(prefix)
+                    p.flags == SEMAPHORE_FLAGS
+                        && p.key != lock_key
+                        && p.key.rsplit_once('/').map(|(d, _)| d) == Some(prefix)
                 })
                 .collect();
             let is_semaphore = lock.map_or(!contenders.is_empty(), |l| l.flags == SEMAPHORE_FLAGS);
@@ -217,7 +232,10 @@ pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Sna
                 Some(l) => LockState::decode(l.value_bytes(), &lock_key)?,
                 None => None,
             };
-            let held: Vec<String> = state.as_ref().map(|s| s.holders.keys().cloned().collect()).unwrap_or_default();
+            let held: Vec<String> = state
+                .as_ref()
+                .map(|s| s.holders.keys().cloned().collect())
+                .unwrap_or_default();
             let mut holders = Vec::new();
             let mut waiting = 0;
             for c in &contenders {

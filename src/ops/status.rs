@@ -12,7 +12,10 @@ pub fn run(conn: &ConnArgs, args: StatusArgs) -> Result<i32> {
     let client = crate::app::client(conn)?;
     let (snap, _) = inspect(&client, &target, QueryOptions::default())?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap.to_json()).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&snap.to_json()).expect("json")
+        );
     } else {
         print!("{}", render(&snap, SystemTime::now()));
     }
@@ -37,7 +40,10 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                     rows.push(("state".into(), "held".into()));
                     holder_rows(&mut rows, h, now, "");
                     rows.push(("lock index".into(), lock_index.to_string()));
-                    rows.push(("fencing token".into(), format!("{modify_index} (ModifyIndex)")));
+                    rows.push((
+                        "fencing token".into(),
+                        format!("{modify_index} (ModifyIndex)"),
+                    ));
                 }
             }
         }
@@ -50,7 +56,10 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
         } => {
             rows.push(("semaphore".into(), prefix.clone()));
             let limit_s = limit.map_or("unknown (no .lock yet)".to_string(), |l| l.to_string());
-            rows.push(("slots".into(), format!("{} of {limit_s} held", holders.len())));
+            rows.push((
+                "slots".into(),
+                format!("{} of {limit_s} held", holders.len()),
+            ));
             rows.push(("waiting".into(), waiting.to_string()));
             for (i, h) in holders.iter().enumerate() {
                 rows.push((format!("holder {}", i + 1), String::new()));
@@ -75,7 +84,11 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
 }
 
 fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, indent: &str) {
-    let name = h.name.as_deref().map(|n| format!(" \"{n}\"")).unwrap_or_default();
+    let name = h
+        .name
+        .as_deref()
+        .map(|n| format!(" \"{n}\""))
+        .unwrap_or_default();
     rows.push((format!("{indent}session"), format!("{}{name}", h.session)));
     if let Some(node) = &h.node {
         rows.push((format!("{indent}node"), node.clone()));
@@ -87,7 +100,9 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
         .unwrap_or_else(|| "?".into());
     rows.push((format!("{indent}ttl"), format!("{ttl}, lock-delay {delay}")));
     if let Some(since) = &h.held_since {
-        let ago = held_for(since, now).map(|s| format!(" ({s} ago)")).unwrap_or_default();
+        let ago = held_for(since, now)
+            .map(|s| format!(" ({s} ago)"))
+            .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
     }
     let value = match &h.value {
@@ -102,7 +117,9 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
 fn held_for(since: &str, now: SystemTime) -> Option<String> {
     let t = parse_utc(since)?;
     let d = now.duration_since(t).ok()?;
-    Some(crate::duration::format(std::time::Duration::from_secs(d.as_secs())))
+    Some(crate::duration::format(std::time::Duration::from_secs(
+        d.as_secs(),
+    )))
 }
 
 fn parse_utc(s: &str) -> Option<SystemTime> {

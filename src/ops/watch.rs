@@ -33,7 +33,10 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
     let handler = if args.handler.is_empty() {
         None
     } else {
-        Some(HandlerRunner::start(supervise::resolve(&args.handler, false)?))
+        Some(HandlerRunner::start(supervise::resolve(
+            &args.handler,
+            false,
+        )?))
     };
     let client = crate::app::client(conn)?;
     let mut index = 0;
@@ -55,7 +58,14 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
                 backoff = Duration::from_millis(500);
                 index = next_index(index, meta.index);
                 for change in diff(&client, &target, prev.as_ref(), &snap) {
-                    println!("{}", if args.json { to_json(&change).to_string() } else { to_line(&change) });
+                    println!(
+                        "{}",
+                        if args.json {
+                            to_json(&change).to_string()
+                        } else {
+                            to_line(&change)
+                        }
+                    );
                     if let Some(h) = &handler {
                         h.submit(env_for(&change));
                     }
@@ -63,7 +73,10 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
                 prev = Some(snap);
             }
             Err(crate::error::Error::Consul(e)) if e.is_retryable() => {
-                ui::notice(format_args!("{e}; retrying in {}", crate::duration::format(backoff)));
+                ui::notice(format_args!(
+                    "{e}; retrying in {}",
+                    crate::duration::format(backoff)
+                ));
                 failing = true;
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -82,10 +95,17 @@ fn target_name(target: &Target) -> String {
 }
 
 /// The changes from `prev` to `now`; a first look reports the current state.
-pub fn diff(client: &Client, target: &Target, prev: Option<&Snapshot>, now: &Snapshot) -> Vec<Change> {
+pub fn diff(
+    client: &Client,
+    target: &Target,
+    prev: Option<&Snapshot>,
+    now: &Snapshot,
+) -> Vec<Change> {
     let name = target_name(target);
     let modify_index = match now {
-        Snapshot::Lock { modify_index, .. } | Snapshot::Semaphore { modify_index, .. } => *modify_index,
+        Snapshot::Lock { modify_index, .. } | Snapshot::Semaphore { modify_index, .. } => {
+            *modify_index
+        }
     };
     let holders_now = now.holder_sessions();
     let change = |event, holder: Option<Holder>| Change {
@@ -99,7 +119,11 @@ pub fn diff(client: &Client, target: &Target, prev: Option<&Snapshot>, now: &Sna
         if now.holders().is_empty() {
             return vec![change("free", None)];
         }
-        return now.holders().into_iter().map(|h| change("held", Some(h.clone()))).collect();
+        return now
+            .holders()
+            .into_iter()
+            .map(|h| change("held", Some(h.clone())))
+            .collect();
     };
     let mut out = Vec::new();
     for old in prev.holders() {
@@ -109,7 +133,10 @@ pub fn diff(client: &Client, target: &Target, prev: Option<&Snapshot>, now: &Sna
                 .session_info(&old.session, QueryOptions::default())
                 .map(|(s, _)| s.is_some())
                 .unwrap_or(true);
-            out.push(change(if alive { "released" } else { "lost" }, Some(old.clone())));
+            out.push(change(
+                if alive { "released" } else { "lost" },
+                Some(old.clone()),
+            ));
         }
     }
     let before = prev.holder_sessions();
@@ -124,7 +151,13 @@ pub fn diff(client: &Client, target: &Target, prev: Option<&Snapshot>, now: &Sna
 pub fn to_line(c: &Change) -> String {
     let when = ui::timestamp(SystemTime::now());
     match &c.holder {
-        Some(h) => format!("{when} {:<8} {} by {} [{}]", c.event, c.target, h.describe(), h.session),
+        Some(h) => format!(
+            "{when} {:<8} {} by {} [{}]",
+            c.event,
+            c.target,
+            h.describe(),
+            h.session
+        ),
         None => format!("{when} {:<8} {}", c.event, c.target),
     }
 }
@@ -145,7 +178,10 @@ pub fn env_for(c: &Change) -> Vec<(String, String)> {
     let mut env = vec![
         ("CONLOCK_EVENT".to_string(), c.event.to_string()),
         ("CONLOCK_TARGET".to_string(), c.target.clone()),
-        ("CONLOCK_MODIFY_INDEX".to_string(), c.modify_index.to_string()),
+        (
+            "CONLOCK_MODIFY_INDEX".to_string(),
+            c.modify_index.to_string(),
+        ),
         ("CONLOCK_HOLDERS".to_string(), c.holders_now.join(",")),
     ];
     if let Some(h) = &c.holder {
@@ -156,7 +192,10 @@ pub fn env_for(c: &Change) -> Vec<(String, String)> {
         };
         env.push(("CONLOCK_HOLDER_SESSION".to_string(), h.session.clone()));
         env.push(("CONLOCK_HOLDER_KEY".to_string(), h.key.clone()));
-        env.push(("CONLOCK_HOLDER_NAME".to_string(), h.name.clone().unwrap_or_default()));
+        env.push((
+            "CONLOCK_HOLDER_NAME".to_string(),
+            h.name.clone().unwrap_or_default(),
+        ));
         env.push(("CONLOCK_HOLDER_VALUE".to_string(), value));
     }
     env
@@ -186,7 +225,9 @@ impl HandlerRunner {
             };
             let args: Vec<&OsString> = program.argv[1..].iter().collect();
             match Command::new(&program.path).args(args).envs(env).status() {
-                Ok(st) if !st.success() => ui::warn(format_args!("handler {} exited with {st}", program.display)),
+                Ok(st) if !st.success() => {
+                    ui::warn(format_args!("handler {} exited with {st}", program.display))
+                }
                 Ok(_) => {}
                 Err(e) => ui::warn(format_args!("cannot run handler {}: {e}", program.display)),
             }

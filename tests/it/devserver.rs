@@ -1464,6 +1464,50 @@ fn keep_alive_pipelining_and_chunked_bodies() {
     assert_eq!(parse_response(&out, false).unwrap().json(), json!(true));
 }
 
+/// Requests sent one after another on one kept-alive connection, each after the previous
+/// answer (as a pooling client does), including a GET after a PUT with a body.
+#[test]
+fn sequential_requests_on_one_connection() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let server = start_server();
+    let s = std::net::TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut answer = |req: &[u8]| -> String {
+        w.write_all(req).unwrap();
+        let mut head = String::new();
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if let Some(v) = line.strip_prefix("Content-Length: ") {
+                len = v.trim().parse().unwrap();
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; len];
+        reader.read_exact(&mut body).unwrap();
+        head + &String::from_utf8_lossy(&body)
+    };
+    let r = answer(
+        b"PUT /v1/session/create HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"Name\":\"x\"}",
+    );
+    assert!(
+        r.starts_with("HTTP/1.1 200 OK") && r.contains("\"ID\""),
+        "{r}"
+    );
+    for _ in 0..3 {
+        let r = answer(b"GET /v1/kv/seq HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+    }
+    let r = answer(b"PUT /v1/kv/seq HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nv");
+    assert!(r.ends_with("true\n") || r.ends_with("true"), "{r}");
+}
+
 #[test]
 fn options_defaults_and_foreground_line() {
     let o = Options::default();

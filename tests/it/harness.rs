@@ -64,7 +64,11 @@ pub fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
 
 /// A fresh scratch directory under the target dir.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{}", std::process::id(), unique()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        unique()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -96,7 +100,12 @@ pub fn group_alive(pgid: i32) -> bool {
 pub fn process_alive(pid: i32) -> bool {
     // A zombie counts as gone.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
@@ -107,11 +116,17 @@ pub fn signal(pid: u32, sig: i32) {
     }
 }
 
-/// Sets a dev-server fault through its control endpoint.
+/// Sets a dev-server fault through its control endpoint (`dur` empty: until cleared).
 pub fn fault(server: &DevServer, mode: &str, dur: &str) {
-    let url = format!("http://{}/v1/conlock-dev/fault?mode={mode}&for={dur}", server.addr());
+    let mut url = format!("http://{}/v1/conlock-dev/fault?mode={mode}", server.addr());
+    if !dur.is_empty() {
+        url.push_str(&format!("&for={dur}"));
+    }
     let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
-    agent.put(&url).send_empty().expect("fault endpoint answers");
+    agent
+        .put(&url)
+        .send_empty()
+        .expect("fault endpoint answers");
 }
 
 /// Intervals `[start, end]` (ns) written by children as `S <ns>` / `E <ns>` lines in order.

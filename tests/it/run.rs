@@ -19,7 +19,17 @@ fn twenty_contenders_never_overlap() {
     let mut kids: Vec<_> = (0..20)
         .map(|_| {
             conlock(&server)
-                .args(["run", "--key", "jobs/overlap", "--ttl", "10s", "--", "sh", "-c", &job])
+                .args([
+                    "run",
+                    "--key",
+                    "jobs/overlap",
+                    "--ttl",
+                    "10s",
+                    "--",
+                    "sh",
+                    "-c",
+                    &job,
+                ])
                 .spawn()
                 .unwrap()
         })
@@ -32,8 +42,16 @@ fn twenty_contenders_never_overlap() {
     assert_eq!(max_overlap(&iv), 1, "two holders at once:\n{}", read(&log));
     // Nothing is left behind.
     let c = client(&server);
-    assert!(c.kv_get("jobs/overlap", QueryOptions::default()).unwrap().0.is_none());
-    assert!(c.session_list(QueryOptions::default()).unwrap().0.is_empty());
+    assert!(c
+        .kv_get("jobs/overlap", QueryOptions::default())
+        .unwrap()
+        .0
+        .is_none());
+    assert!(c
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .is_empty());
 }
 
 #[test]
@@ -50,7 +68,10 @@ fn exit_codes_pass_through() {
     };
     assert_eq!(run(&["--", "sh", "-c", "exit 7"]).status.code(), Some(7));
     assert_eq!(run(&["--", "true"]).status.code(), Some(0));
-    assert_eq!(run(&["--", "sh", "-c", "kill -TERM $$"]).status.code(), Some(128 + 15));
+    assert_eq!(
+        run(&["--", "sh", "-c", "kill -TERM $$"]).status.code(),
+        Some(128 + 15)
+    );
     let nf = run(&["--", "definitely-not-a-command-xyz"]);
     assert_eq!(nf.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&nf.stderr).contains("command not found"));
@@ -60,7 +81,10 @@ fn exit_codes_pass_through() {
     assert_eq!(ne.status.code(), Some(126));
     assert!(String::from_utf8_lossy(&ne.stderr).contains("not executable"));
     // --shell runs one string through a shell.
-    assert_eq!(run(&["--shell", "--", "exit $((2+3))"]).status.code(), Some(5));
+    assert_eq!(
+        run(&["--shell", "--", "exit $((2+3))"]).status.code(),
+        Some(5)
+    );
 }
 
 #[test]
@@ -68,7 +92,10 @@ fn child_gets_lock_environment() {
     let server = start_server();
     let dir = scratch("env");
     let out = dir.join("env");
-    let cmd = format!("env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}", out.display());
+    let cmd = format!(
+        "env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}",
+        out.display()
+    );
     let st = conlock(&server)
         .args(["run", "--prefix", "/envtest", "--", "sh", "-c", &cmd])
         .status()
@@ -89,10 +116,15 @@ fn fencing_token_strictly_increases() {
     let out = dir.join("tokens");
     let cmd = format!("echo $CONLOCK_MODIFY_INDEX >> {}", out.display());
     for _ in 0..5 {
-        let st = conlock(&server).args(["run", "--key", "fence", "--", "sh", "-c", &cmd]).status().unwrap();
+        let st = conlock(&server)
+            .args(["run", "--key", "fence", "--", "sh", "-c", &cmd])
+            .status()
+            .unwrap();
         assert!(st.success());
         // Unrelated writes in between must not break monotonicity.
-        client(&server).kv_put("other", b"x", PutOptions::default()).unwrap();
+        client(&server)
+            .kv_put("other", b"x", PutOptions::default())
+            .unwrap();
     }
     let tokens: Vec<u64> = read(&out).lines().map(|l| l.parse().unwrap()).collect();
     assert_eq!(tokens.len(), 5);
@@ -103,7 +135,8 @@ fn fencing_token_strictly_increases() {
 fn foreign_flags_are_refused_and_left_alone() {
     let server = start_server();
     let c = client(&server);
-    c.kv_put("app/config", b"precious", PutOptions::default()).unwrap();
+    c.kv_put("app/config", b"precious", PutOptions::default())
+        .unwrap();
     let out = conlock(&server)
         .args(["run", "--key", "app/config", "--", "true"])
         .stderr(Stdio::piped())
@@ -118,7 +151,12 @@ fn foreign_flags_are_refused_and_left_alone() {
 }
 
 /// Starts a holder running `cmd` and waits until it holds `key`.
-fn start_holder(server: &conlock::devserver::DevServer, key: &str, extra: &[&str], cmd: &str) -> std::process::Child {
+fn start_holder(
+    server: &conlock::devserver::DevServer,
+    key: &str,
+    extra: &[&str],
+    cmd: &str,
+) -> std::process::Child {
     let child = conlock(server)
         .args(["run", "--key", key])
         .args(extra)
@@ -126,7 +164,10 @@ fn start_holder(server: &conlock::devserver::DevServer, key: &str, extra: &[&str
         .spawn()
         .unwrap();
     let c = client(server);
-    assert!(wait_for(LONG, || holder(&c, key).is_some()), "holder never acquired {key}");
+    assert!(
+        wait_for(LONG, || holder(&c, key).is_some()),
+        "holder never acquired {key}"
+    );
     child
 }
 
@@ -135,22 +176,46 @@ fn busy_with_timeouts() {
     let server = start_server();
     let mut h = start_holder(&server, "busy", &[], "sleep 30");
     let t = Instant::now();
-    let st = conlock(&server).args(["run", "--key", "busy", "--timeout", "0s", "--", "true"]).status().unwrap();
+    let st = conlock(&server)
+        .args(["run", "--key", "busy", "--timeout", "0s", "--", "true"])
+        .status()
+        .unwrap();
     assert_eq!(st.code(), Some(75));
     assert!(t.elapsed() < Duration::from_secs(10));
     let t = Instant::now();
-    let st = conlock(&server).args(["run", "--key", "busy", "--timeout", "1s", "--", "true"]).status().unwrap();
-    assert_eq!(st.code(), Some(75));
-    assert!(t.elapsed() >= Duration::from_secs(1), "gave up early: {:?}", t.elapsed());
     let st = conlock(&server)
-        .args(["run", "--key", "busy", "--timeout", "0s", "--busy-exit-code", "3", "--", "true"])
+        .args(["run", "--key", "busy", "--timeout", "1s", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(75));
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "gave up early: {:?}",
+        t.elapsed()
+    );
+    let st = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "busy",
+            "--timeout",
+            "0s",
+            "--busy-exit-code",
+            "3",
+            "--",
+            "true",
+        ])
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(3));
     signal(h.id(), libc::SIGTERM);
     wait_exit(&mut h, LONG);
     // The waiters left no sessions behind.
-    assert!(wait_for(LONG, || client(&server).session_list(QueryOptions::default()).unwrap().0.is_empty()));
+    assert!(wait_for(LONG, || client(&server)
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .is_empty()));
 }
 
 #[test]
@@ -158,7 +223,10 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     let server = start_server();
     let dir = scratch("fwd");
     let mark = dir.join("got");
-    let cmd = format!("trap 'echo TERM > {}; exit 3' TERM; while :; do sleep 0.05; done", mark.display());
+    let cmd = format!(
+        "trap 'echo TERM > {}; exit 3' TERM; while :; do sleep 0.05; done",
+        mark.display()
+    );
     let mut h = start_holder(&server, "fwd", &[], &cmd);
     signal(h.id(), libc::SIGTERM);
     let st = wait_exit(&mut h, LONG);
@@ -166,7 +234,11 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     assert_eq!(read(&mark).trim(), "TERM");
     let c = client(&server);
     assert_eq!(holder(&c, "fwd"), None);
-    assert!(c.session_list(QueryOptions::default()).unwrap().0.is_empty());
+    assert!(c
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .is_empty());
 }
 
 /// A holder whose child starts a grandchild; both record their pid and the signal they get.
@@ -179,7 +251,10 @@ fn family_cmd(dir: &std::path::Path) -> String {
 }
 
 fn read_pid(path: &std::path::Path) -> i32 {
-    assert!(wait_for(LONG, || read(path).trim().parse::<i32>().is_ok()), "no pid in {path:?}");
+    assert!(
+        wait_for(LONG, || read(path).trim().parse::<i32>().is_ok()),
+        "no pid in {path:?}"
+    );
     read(path).trim().parse().unwrap()
 }
 
@@ -188,7 +263,10 @@ fn lock_loss_stops_child_and_grandchild_with_124() {
     let server = start_server();
     let dir = scratch("loss");
     let mut h = start_holder(&server, "loss", &["--lock-delay", "0s"], &family_cmd(&dir));
-    let (child, grandchild) = (read_pid(&dir.join("child")), read_pid(&dir.join("grandchild")));
+    let (child, grandchild) = (
+        read_pid(&dir.join("child")),
+        read_pid(&dir.join("grandchild")),
+    );
     let c = client(&server);
     let session = holder(&c, "loss").unwrap();
     c.session_destroy(&session).unwrap();
@@ -204,12 +282,16 @@ fn sigkill_of_conlock_kills_the_whole_group() {
     let server = start_server();
     let dir = scratch("sigkill");
     let mut h = start_holder(&server, "sigkill", &[], &family_cmd(&dir));
-    let (child, grandchild) = (read_pid(&dir.join("child")), read_pid(&dir.join("grandchild")));
+    let (child, grandchild) = (
+        read_pid(&dir.join("child")),
+        read_pid(&dir.join("grandchild")),
+    );
     assert!(group_alive(child));
     signal(h.id(), libc::SIGKILL);
     wait_exit(&mut h, LONG);
     assert!(
-        wait_for(Duration::from_secs(10), || !group_alive(child) && !process_alive(grandchild)),
+        wait_for(Duration::from_secs(10), || !group_alive(child)
+            && !process_alive(grandchild)),
         "processes of the child's group survived conlock's SIGKILL"
     );
 }
@@ -227,16 +309,27 @@ fn handoff_after_lock_delay() {
         .unwrap();
     let c = client(&server);
     // Let B reach its blocking wait.
-    assert!(wait_for(LONG, || c.session_list(QueryOptions::default()).unwrap().0.len() == 2));
+    assert!(wait_for(LONG, || c
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .len()
+        == 2));
     let session = holder(&c, "handoff").unwrap();
     let destroyed = std::time::SystemTime::now();
     c.session_destroy(&session).unwrap();
     assert_eq!(wait_exit(&mut a, LONG).code(), Some(124));
     assert!(wait_exit(&mut b, LONG).success());
     let b_ns: u128 = read(&started).trim().parse().unwrap();
-    let destroyed_ns = destroyed.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let destroyed_ns = destroyed
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let after_ms = (b_ns.saturating_sub(destroyed_ns)) / 1_000_000;
-    assert!(after_ms >= 1000, "B started {after_ms} ms after the destroy, inside the 1 s lock-delay");
+    assert!(
+        after_ms >= 1000,
+        "B started {after_ms} ms after the destroy, inside the 1 s lock-delay"
+    );
     // The benchmark holds the 100 ms target; a busy CI machine gets a generous bound.
     assert!(after_ms < 3000, "B started {after_ms} ms after the destroy");
 }
@@ -255,29 +348,70 @@ fn usage_errors_make_no_request() {
         &["run", "--key", "k", "--"],
         &["run", "--", "true"],
         &["run", "--key", "k", "--kill-signal", "NOPE", "--", "true"],
-        &["run", "--key", "k", "--value-file", "/nonexistent/v", "--", "true"],
+        &[
+            "run",
+            "--key",
+            "k",
+            "--value-file",
+            "/nonexistent/v",
+            "--",
+            "true",
+        ],
         &["sem", "--limit", "0", "--prefix", "p", "--", "true"],
         &["sem", "--limit", "-3", "--prefix", "p", "--", "true"],
-        &["sem", "--limit", "99999999999", "--prefix", "p", "--", "true"],
+        &[
+            "sem",
+            "--limit",
+            "99999999999",
+            "--prefix",
+            "p",
+            "--",
+            "true",
+        ],
     ];
     for args in cases {
-        let out = conlock(&server).args(*args).stderr(Stdio::piped()).output().unwrap();
+        let out = conlock(&server)
+            .args(*args)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(!err.trim().is_empty(), "{args:?} printed no error");
     }
-    let big = "x".repeat(512 * 1024 + 1);
-    let out = conlock(&server).args(["run", "--key", "k", "--value", &big, "--", "true"]).stderr(Stdio::piped()).output().unwrap();
+    let big = scratch("bigvalue").join("v");
+    std::fs::write(&big, vec![b'x'; 512 * 1024 + 1]).unwrap();
+    let out = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "k",
+            "--value-file",
+            big.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("512 KiB"));
-    assert_eq!(server.request_count(), before, "bad input reached the server");
+    assert_eq!(
+        server.request_count(),
+        before,
+        "bad input reached the server"
+    );
 }
 
 #[test]
 fn unreachable_consul_names_the_address_and_origin() {
     // A port nobody listens on: bind, note, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = std::process::Command::new(BIN)
         .env("CONSUL_HTTP_ADDR", format!("127.0.0.1:{port}"))
         .args(["run", "--key", "k", "--", "true"])
@@ -286,7 +420,10 @@ fn unreachable_consul_names_the_address_and_origin() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("CONSUL_HTTP_ADDR"), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("CONSUL_HTTP_ADDR"),
+        "{err}"
+    );
     let out = std::process::Command::new(BIN)
         .env("CONSUL_HTTP_ADDR", "not a valid addr")
         .args(["run", "--key", "k", "--", "true"])
@@ -336,14 +473,25 @@ fn acl_token_is_sent_and_denial_is_clear() {
         node_name: "acl-node".into(),
     })
     .unwrap();
-    let ok = conlock(&server).env("CONSUL_HTTP_TOKEN", "s3cret").args(["run", "--key", "acl", "--", "true"]).status().unwrap();
+    let ok = conlock(&server)
+        .env("CONSUL_HTTP_TOKEN", "s3cret")
+        .args(["run", "--key", "acl", "--", "true"])
+        .status()
+        .unwrap();
     assert_eq!(ok.code(), Some(0));
     let dir = scratch("acl");
     let tf = dir.join("token");
     std::fs::write(&tf, "s3cret\n").unwrap();
-    let ok = conlock(&server).env("CONSUL_HTTP_TOKEN_FILE", &tf).args(["run", "--key", "acl", "--", "true"]).status().unwrap();
+    let ok = conlock(&server)
+        .env("CONSUL_HTTP_TOKEN_FILE", &tf)
+        .args(["run", "--key", "acl", "--", "true"])
+        .status()
+        .unwrap();
     assert_eq!(ok.code(), Some(0));
-    let ok = conlock(&server).args(["--token", "s3cret", "run", "--key", "acl", "--", "true"]).status().unwrap();
+    let ok = conlock(&server)
+        .args(["--token", "s3cret", "run", "--key", "acl", "--", "true"])
+        .status()
+        .unwrap();
     assert_eq!(ok.code(), Some(0));
     let denied = conlock(&server)
         .env("CONSUL_HTTP_TOKEN", "wrong")
@@ -353,7 +501,10 @@ fn acl_token_is_sent_and_denial_is_clear() {
         .unwrap();
     assert_eq!(denied.status.code(), Some(125));
     let err = String::from_utf8_lossy(&denied.stderr);
-    assert!(err.contains("403") && err.contains("CONSUL_HTTP_TOKEN"), "{err}");
+    assert!(
+        err.contains("403") && err.contains("CONSUL_HTTP_TOKEN"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -12,16 +12,27 @@ const LONG: Duration = Duration::from_secs(90);
 
 fn holders(server: &conlock::devserver::DevServer, prefix: &str) -> Vec<String> {
     let c = client(server);
-    let (pair, _) = c.kv_get(&format!("{prefix}/.lock"), QueryOptions::default()).unwrap();
+    let (pair, _) = c
+        .kv_get(&format!("{prefix}/.lock"), QueryOptions::default())
+        .unwrap();
     let Some(pair) = pair else { return vec![] };
     let v: serde_json::Value = serde_json::from_slice(pair.value_bytes()).unwrap();
-    v["Holders"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    v["Holders"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 fn nothing_left(server: &conlock::devserver::DevServer, prefix: &str) -> bool {
     let c = client(server);
-    c.kv_list(prefix, QueryOptions::default()).unwrap().0.is_empty()
-        && c.session_list(QueryOptions::default()).unwrap().0.is_empty()
+    c.kv_list(prefix, QueryOptions::default())
+        .unwrap()
+        .0
+        .is_empty()
+        && c.session_list(QueryOptions::default())
+            .unwrap()
+            .0
+            .is_empty()
 }
 
 #[test]
@@ -33,7 +44,10 @@ fn forty_contenders_limit_three_with_kills() {
     let mut kids: Vec<_> = (0..40)
         .map(|_| {
             conlock(&server)
-                .args(["sem", "--limit", "3", "--prefix", "sem40", "--ttl", "10s", "--", "sh", "-c", &job])
+                .args([
+                    "sem", "--limit", "3", "--prefix", "sem40", "--ttl", "10s", "--", "sh", "-c",
+                    &job,
+                ])
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap()
@@ -60,8 +74,16 @@ fn forty_contenders_limit_three_with_kills() {
     }
     let iv = intervals(&read(&log));
     let survivors = killed.iter().filter(|k| !**k).count();
-    assert!(iv.len() >= survivors, "{} jobs completed, {survivors} survived", iv.len());
-    assert!(max_overlap(&iv) <= 3, "more than 3 at once:\n{}", read(&log));
+    assert!(
+        iv.len() >= survivors,
+        "{} jobs completed, {survivors} survived",
+        iv.len()
+    );
+    assert!(
+        max_overlap(&iv) <= 3,
+        "more than 3 at once:\n{}",
+        read(&log)
+    );
 }
 
 #[test]
@@ -73,7 +95,9 @@ fn limit_is_respected_and_nothing_is_left() {
     let mut kids: Vec<_> = (0..8)
         .map(|_| {
             conlock(&server)
-                .args(["sem", "--limit", "2", "--prefix", "limit", "--", "sh", "-c", &job])
+                .args([
+                    "sem", "--limit", "2", "--prefix", "limit", "--", "sh", "-c", &job,
+                ])
                 .spawn()
                 .unwrap()
         })
@@ -92,12 +116,26 @@ fn child_gets_semaphore_environment() {
     let server = start_server();
     let dir = scratch("sem-env");
     let out = dir.join("env");
-    let cmd = format!("env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}", out.display());
-    let st = conlock(&server).args(["sem", "-n", "2", "--prefix", "semenv", "--", "sh", "-c", &cmd]).status().unwrap();
+    let cmd = format!(
+        "env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}",
+        out.display()
+    );
+    let st = conlock(&server)
+        .args([
+            "sem", "-n", "2", "--prefix", "semenv", "--", "sh", "-c", &cmd,
+        ])
+        .status()
+        .unwrap();
     assert!(st.success());
     let env = read(&out);
-    assert!(env.contains("CONLOCK_LIMIT=2\n") && env.contains("CONLOCK_PREFIX=semenv\n"), "{env}");
-    assert!(env.contains("CONLOCK_KEY=semenv/") && env.contains("CONSUL_LOCK_HELD=true"), "{env}");
+    assert!(
+        env.contains("CONLOCK_LIMIT=2\n") && env.contains("CONLOCK_PREFIX=semenv\n"),
+        "{env}"
+    );
+    assert!(
+        env.contains("CONLOCK_KEY=semenv/") && env.contains("CONSUL_LOCK_HELD=true"),
+        "{env}"
+    );
     assert!(env.contains("CONLOCK_MODIFY_INDEX="), "{env}");
 }
 
@@ -107,7 +145,18 @@ fn dead_holder_is_pruned_for_a_waiter() {
     let dir = scratch("prune");
     let started = dir.join("b");
     let mut a = conlock(&server)
-        .args(["sem", "--limit", "1", "--prefix", "prune", "--lock-delay", "0s", "--", "sleep", "60"])
+        .args([
+            "sem",
+            "--limit",
+            "1",
+            "--prefix",
+            "prune",
+            "--lock-delay",
+            "0s",
+            "--",
+            "sleep",
+            "60",
+        ])
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "prune").len() == 1));
@@ -118,7 +167,12 @@ fn dead_holder_is_pruned_for_a_waiter() {
         .spawn()
         .unwrap();
     // B waits while A holds.
-    assert!(wait_for(LONG, || client(&server).session_list(QueryOptions::default()).unwrap().0.len() == 2));
+    assert!(wait_for(LONG, || client(&server)
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .len()
+        == 2));
     assert!(!started.exists());
     client(&server).session_destroy(&a_session).unwrap();
     assert!(wait_exit(&mut b, LONG).success());
@@ -131,7 +185,9 @@ fn dead_holder_is_pruned_for_a_waiter() {
 fn conflicts_give_125() {
     let server = start_server();
     let mut a = conlock(&server)
-        .args(["sem", "--limit", "2", "--prefix", "conf", "--", "sleep", "60"])
+        .args([
+            "sem", "--limit", "2", "--prefix", "conf", "--", "sleep", "60",
+        ])
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "conf").len() == 1));
@@ -141,13 +197,15 @@ fn conflicts_give_125() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("semaphore limit conflict (lock: 2, local: 3)"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("semaphore limit conflict (lock: 2, local: 3)"));
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
 
     // Foreign flags on .lock.
     let c = client(&server);
-    c.kv_put("foreign/.lock", b"{}", PutOptions::default()).unwrap();
+    c.kv_put("foreign/.lock", b"{}", PutOptions::default())
+        .unwrap();
     let out = conlock(&server)
         .args(["sem", "--limit", "2", "--prefix", "foreign", "--", "true"])
         .stderr(Stdio::piped())
@@ -162,7 +220,11 @@ fn conflicts_give_125() {
         ..Default::default()
     };
     c.kv_put("badjson/.lock", b"{not json", put).unwrap();
-    let before = c.kv_get("badjson/.lock", QueryOptions::default()).unwrap().0.unwrap();
+    let before = c
+        .kv_get("badjson/.lock", QueryOptions::default())
+        .unwrap()
+        .0
+        .unwrap();
     let out = conlock(&server)
         .args(["sem", "--limit", "2", "--prefix", "badjson", "--", "true"])
         .stderr(Stdio::piped())
@@ -170,7 +232,11 @@ fn conflicts_give_125() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold a semaphore description"));
-    let after = c.kv_get("badjson/.lock", QueryOptions::default()).unwrap().0.unwrap();
+    let after = c
+        .kv_get("badjson/.lock", QueryOptions::default())
+        .unwrap()
+        .0
+        .unwrap();
     assert_eq!(before, after);
 }
 
@@ -178,12 +244,24 @@ fn conflicts_give_125() {
 fn full_slots_with_timeout_zero_is_busy() {
     let server = start_server();
     let mut a = conlock(&server)
-        .args(["sem", "--limit", "1", "--prefix", "full", "--", "sleep", "60"])
+        .args([
+            "sem", "--limit", "1", "--prefix", "full", "--", "sleep", "60",
+        ])
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "full").len() == 1));
     let st = conlock(&server)
-        .args(["sem", "--limit", "1", "--prefix", "full", "--timeout", "0s", "--", "true"])
+        .args([
+            "sem",
+            "--limit",
+            "1",
+            "--prefix",
+            "full",
+            "--timeout",
+            "0s",
+            "--",
+            "true",
+        ])
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(75));
@@ -196,17 +274,25 @@ fn full_slots_with_timeout_zero_is_busy() {
 fn operator_removing_our_holder_entry_stops_the_child() {
     let server = start_server();
     let mut a = conlock(&server)
-        .args(["sem", "--limit", "2", "--prefix", "oper", "--", "sleep", "60"])
+        .args([
+            "sem", "--limit", "2", "--prefix", "oper", "--", "sleep", "60",
+        ])
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "oper").len() == 1));
     let c = client(&server);
-    let lock = c.kv_get("oper/.lock", QueryOptions::default()).unwrap().0.unwrap();
+    let lock = c
+        .kv_get("oper/.lock", QueryOptions::default())
+        .unwrap()
+        .0
+        .unwrap();
     let put = PutOptions {
         flags: SEMAPHORE_FLAGS,
         cas: Some(lock.modify_index),
         ..Default::default()
     };
-    assert!(c.kv_put("oper/.lock", br#"{"Limit":2,"Holders":{}}"#, put).unwrap());
+    assert!(c
+        .kv_put("oper/.lock", br#"{"Limit":2,"Holders":{}}"#, put)
+        .unwrap());
     assert_eq!(wait_exit(&mut a, LONG).code(), Some(124));
 }

@@ -1,0 +1,304 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'conlock'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'conlock' {
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a command while holding a lock (one holder at a time)')
+            [CompletionResult]::new('sem', 'sem', [CompletionResultType]::ParameterValue, 'Run a command while holding one of N semaphore slots')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds a lock or semaphore (exit 0 held, 1 free)')
+            [CompletionResult]::new('watch', 'watch', [CompletionResultType]::ParameterValue, 'Print a line (or run a handler) each time the holder changes')
+            [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a stuck lock or semaphore slot by destroying the holder''s session')
+            [CompletionResult]::new('dev-server', 'dev-server', [CompletionResultType]::ParameterValue, 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff)')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'conlock;run' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The lock key')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Use the key PREFIX/.lock, as `consul lock PREFIX` does')
+            [CompletionResult]::new('--behavior', '--behavior', [CompletionResultType]::ParameterName, 'Session behavior when it is invalidated')
+            [CompletionResult]::new('--session-name', '--session-name', [CompletionResultType]::ParameterName, 'Session name [default: "conlock: <cmd> on <host>"]')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Session TTL, 10s to 24h; renewed every TTL/2')
+            [CompletionResult]::new('--lock-delay', '--lock-delay', [CompletionResultType]::ParameterName, 'Lock-delay Consul enforces after the session is invalidated')
+            [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Health check to tie the session to (repeatable) [default: serfHealth]')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after this long (0s: try once) and exit 75')
+            [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit code when not acquired within --timeout')
+            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]')
+            [CompletionResult]::new('--value-file', '--value-file', [CompletionResultType]::ParameterName, 'Read the stored value from a file')
+            [CompletionResult]::new('--kill-signal', '--kill-signal', [CompletionResultType]::ParameterName, 'Signal sent to the command''s process group when the lock is lost')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'Time between that signal and SIGKILL')
+            [CompletionResult]::new('--monitor-retry', '--monitor-retry', [CompletionResultType]::ParameterName, 'Failed reads of the key in a row before the lock counts as lost')
+            [CompletionResult]::new('--monitor-retry-time', '--monitor-retry-time', [CompletionResultType]::ParameterName, 'Pause between those reads')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('--no-checks', '--no-checks', [CompletionResultType]::ParameterName, 'Tie the session to its TTL only, no health checks')
+            [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run one string through $SHELL -c (falls back to /bin/sh)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;sem' {
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Number of slots (1 to 1024)')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Number of slots (1 to 1024)')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock')
+            [CompletionResult]::new('--session-name', '--session-name', [CompletionResultType]::ParameterName, 'Session name [default: "conlock: <cmd> on <host>"]')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Session TTL, 10s to 24h; renewed every TTL/2')
+            [CompletionResult]::new('--lock-delay', '--lock-delay', [CompletionResultType]::ParameterName, 'Lock-delay Consul enforces after the session is invalidated')
+            [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Health check to tie the session to (repeatable) [default: serfHealth]')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after this long (0s: try once) and exit 75')
+            [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit code when not acquired within --timeout')
+            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]')
+            [CompletionResult]::new('--value-file', '--value-file', [CompletionResultType]::ParameterName, 'Read the stored value from a file')
+            [CompletionResult]::new('--kill-signal', '--kill-signal', [CompletionResultType]::ParameterName, 'Signal sent to the command''s process group when the lock is lost')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'Time between that signal and SIGKILL')
+            [CompletionResult]::new('--monitor-retry', '--monitor-retry', [CompletionResultType]::ParameterName, 'Failed reads of the key in a row before the lock counts as lost')
+            [CompletionResult]::new('--monitor-retry-time', '--monitor-retry-time', [CompletionResultType]::ParameterName, 'Pause between those reads')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('--no-checks', '--no-checks', [CompletionResultType]::ParameterName, 'Tie the session to its TTL only, no health checks')
+            [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run one string through $SHELL -c (falls back to /bin/sh)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;status' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'A lock key')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'A lock (PREFIX/.lock) or a semaphore under PREFIX')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output (schema in docs/guide.md)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;watch' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'A lock key')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'A lock (PREFIX/.lock) or a semaphore under PREFIX')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per line')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;break' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'A lock key')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'A lock (PREFIX/.lock) or a semaphore under PREFIX')
+            [CompletionResult]::new('--session', '--session', [CompletionResultType]::ParameterName, 'Only this semaphore holder''s session')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation (required on a non-terminal)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation (required on a non-terminal)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;dev-server' {
+            [CompletionResult]::new('--addr', '--addr', [CompletionResultType]::ParameterName, 'Address to listen on (port 0 picks a free port)')
+            [CompletionResult]::new('--session-ttl-min', '--session-ttl-min', [CompletionResultType]::ParameterName, 'Lowest session TTL accepted, like Consul''s session_ttl_min')
+            [CompletionResult]::new('--acl-token', '--acl-token', [CompletionResultType]::ParameterName, 'Require this ACL token on every request')
+            [CompletionResult]::new('--node-name', '--node-name', [CompletionResultType]::ParameterName, 'Node name the server reports')
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;completions' {
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;man' {
+            [CompletionResult]::new('--http-addr', '--http-addr', [CompletionResultType]::ParameterName, 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]')
+            [CompletionResult]::new('--token-file', '--token-file', [CompletionResultType]::ParameterName, 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]')
+            [CompletionResult]::new('--ca-file', '--ca-file', [CompletionResultType]::ParameterName, 'CA certificate file for HTTPS [env: CONSUL_CACERT]')
+            [CompletionResult]::new('--ca-path', '--ca-path', [CompletionResultType]::ParameterName, 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]')
+            [CompletionResult]::new('--client-cert', '--client-cert', [CompletionResultType]::ParameterName, 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]')
+            [CompletionResult]::new('--datacenter', '--datacenter', [CompletionResultType]::ParameterName, 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Timestamped progress lines on stderr')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'conlock;help' {
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a command while holding a lock (one holder at a time)')
+            [CompletionResult]::new('sem', 'sem', [CompletionResultType]::ParameterValue, 'Run a command while holding one of N semaphore slots')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds a lock or semaphore (exit 0 held, 1 free)')
+            [CompletionResult]::new('watch', 'watch', [CompletionResultType]::ParameterValue, 'Print a line (or run a handler) each time the holder changes')
+            [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a stuck lock or semaphore slot by destroying the holder''s session')
+            [CompletionResult]::new('dev-server', 'dev-server', [CompletionResultType]::ParameterValue, 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff)')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'conlock;help;run' {
+            break
+        }
+        'conlock;help;sem' {
+            break
+        }
+        'conlock;help;status' {
+            break
+        }
+        'conlock;help;watch' {
+            break
+        }
+        'conlock;help;break' {
+            break
+        }
+        'conlock;help;dev-server' {
+            break
+        }
+        'conlock;help;completions' {
+            break
+        }
+        'conlock;help;man' {
+            break
+        }
+        'conlock;help;help' {
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}
