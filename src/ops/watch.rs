@@ -57,7 +57,7 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
                 }
                 backoff = Duration::from_millis(500);
                 index = next_index(index, meta.index);
-                for change in diff(&client, &target, prev.as_ref(), &snap) {
+                for change in diff(&client, &target, prev.as_ref(), &snap, meta.index) {
                     println!(
                         "{}",
                         if args.json {
@@ -94,12 +94,19 @@ fn target_name(target: &Target) -> String {
     }
 }
 
-/// The changes from `prev` to `now`; a first look reports the current state.
+/// The changes from `prev` to `now` (read at raft index `at_index`); a first look
+/// reports the current state.
+///
+/// A holder that vanished was *lost* when its session was invalidated: Consul frees the
+/// key in the same raft index as the session change, so the session is gone and the
+/// sessions table's index equals `at_index`. Otherwise it *released* (conlock and
+/// `consul lock` release first and destroy their session a few requests later).
 pub fn diff(
     client: &Client,
     target: &Target,
     prev: Option<&Snapshot>,
     now: &Snapshot,
+    at_index: u64,
 ) -> Vec<Change> {
     let name = target_name(target);
     let modify_index = match now {
@@ -128,13 +135,12 @@ pub fn diff(
     let mut out = Vec::new();
     for old in prev.holders() {
         if !holders_now.contains(&old.session) {
-            // A session that no longer exists was invalidated: the holder lost it.
-            let alive = client
-                .session_info(&old.session, QueryOptions::default())
-                .map(|(s, _)| s.is_some())
-                .unwrap_or(true);
+            let lost = match client.session_info(&old.session, QueryOptions::default()) {
+                Ok((None, meta)) => meta.index == at_index,
+                _ => false,
+            };
             out.push(change(
-                if alive { "released" } else { "lost" },
+                if lost { "lost" } else { "released" },
                 Some(old.clone()),
             ));
         }

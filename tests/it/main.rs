@@ -4,5 +4,6 @@ mod common;
 mod devserver;
 mod faults;
 mod harness;
+mod ops;
 mod run;
 mod sem;

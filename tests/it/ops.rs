@@ -1,0 +1,294 @@
+//! Operator commands: status, watch, break (issue 5).
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+use conlock::consul::QueryOptions;
+
+use crate::common::start_server;
+use crate::harness::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn status(server: &conlock::devserver::DevServer, args: &[&str]) -> (Option<i32>, String) {
+    let out = conlock(server).arg("status").args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn status_free_held_and_semaphore() {
+    let server = start_server();
+    let (code, text) = status(&server, &["--prefix", "st"]);
+    assert_eq!(code, Some(1));
+    assert!(text.contains("state: free"), "{text}");
+    let (code, json) = status(&server, &["--prefix", "st", "--json"]);
+    assert_eq!(code, Some(1));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (j["kind"].as_str(), j["held"].as_bool()),
+        (Some("lock"), Some(false))
+    );
+
+    let mut h = conlock(&server)
+        .args([
+            "run",
+            "--prefix",
+            "st",
+            "--session-name",
+            "status-test",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(wait_for(LONG, || holder(&c, "st/.lock").is_some()));
+    let (code, text) = status(&server, &["--prefix", "st"]);
+    assert_eq!(code, Some(0));
+    for want in [
+        "state:",
+        "held",
+        "status-test",
+        "fencing token:",
+        "lock-delay 15s",
+        "\"command\": \"sleep 60\"",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    let (_, json) = status(&server, &["--key", "st/.lock", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["held"], true);
+    assert_eq!(j["holder"]["name"], "status-test");
+    assert_eq!(j["holder"]["value"]["command"], "sleep 60");
+    assert!(j["modify_index"].as_u64().unwrap() > 0);
+    assert_eq!(j["lock_index"], 1);
+    signal(h.id(), libc::SIGTERM);
+    wait_exit(&mut h, LONG);
+
+    // A semaphore with two holders and one waiter.
+    let kids: Vec<_> = (0..3)
+        .map(|_| {
+            conlock(&server)
+                .args([
+                    "sem", "--limit", "2", "--prefix", "stsem", "--", "sleep", "60",
+                ])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    assert!(wait_for(LONG, || {
+        let (_, json) = status(&server, &["--prefix", "stsem", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&json)
+            .map(|j| j["holders"].as_array().map_or(0, |a| a.len()) == 2 && j["waiting"] == 1)
+            .unwrap_or(false)
+    }));
+    let (code, json) = status(&server, &["--prefix", "stsem", "--json"]);
+    assert_eq!(code, Some(0));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (j["kind"].as_str(), j["limit"].as_u64()),
+        (Some("semaphore"), Some(2))
+    );
+    let (_, text) = status(&server, &["--prefix", "stsem"]);
+    assert!(
+        text.contains("2 of 2 held") && text.contains("waiting:") && text.contains("holder 2"),
+        "{text}"
+    );
+    for mut k in kids {
+        signal(k.id(), libc::SIGTERM);
+        wait_exit(&mut k, LONG);
+    }
+}
+
+#[test]
+fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
+    let server = start_server();
+    let dir = scratch("watch");
+    let events = dir.join("events");
+    let handler = format!(
+        "echo \"$CONLOCK_EVENT $CONLOCK_HOLDER_SESSION $CONLOCK_TARGET\" >> {}",
+        events.display()
+    );
+    let mut w = conlock(&server)
+        .args(["watch", "--key", "wk", "--json", "--", "sh", "-c", &handler])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(w.stdout.take().unwrap()).lines();
+    let mut next =
+        || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    assert_eq!(next()["event"], "free");
+
+    // A holder comes and goes normally: acquired, released.
+    let mut a = conlock(&server)
+        .args(["run", "--key", "wk", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let e = next();
+    assert_eq!(e["event"], "acquired");
+    let a_session = e["holder"]["session"].as_str().unwrap().to_string();
+    signal(a.id(), libc::SIGTERM);
+    wait_exit(&mut a, LONG);
+    let e = next();
+    assert_eq!(
+        (e["event"].as_str(), e["holder"]["session"].as_str()),
+        (Some("released"), Some(a_session.as_str()))
+    );
+
+    // A holder whose session is destroyed: acquired, lost.
+    let mut b = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "wk",
+            "--lock-delay",
+            "0s",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    let e = next();
+    assert_eq!(e["event"], "acquired");
+    let b_session = e["holder"]["session"].as_str().unwrap().to_string();
+    client(&server).session_destroy(&b_session).unwrap();
+    let e = next();
+    assert_eq!(
+        (e["event"].as_str(), e["holder"]["session"].as_str()),
+        (Some("lost"), Some(b_session.as_str()))
+    );
+    assert_eq!(wait_exit(&mut b, LONG).code(), Some(124));
+
+    // The handler saw the same sequence with the right environment (runs never overlap).
+    let want = [
+        "free  wk".to_string(),
+        format!("acquired {a_session} wk"),
+        format!("released {a_session} wk"),
+        format!("acquired {b_session} wk"),
+        format!("lost {b_session} wk"),
+    ];
+    assert!(
+        wait_for(LONG, || read(&events).lines().count() >= want.len()),
+        "handler runs:\n{}",
+        read(&events)
+    );
+    let got: Vec<String> = read(&events).lines().map(str::to_string).collect();
+    assert_eq!(got, want);
+    let _ = w.kill();
+    let _ = w.wait();
+}
+
+#[test]
+fn break_frees_a_lock_held_by_another_conlock() {
+    let server = start_server();
+    let mut h = conlock(&server)
+        .args([
+            "run",
+            "--prefix",
+            "brk",
+            "--lock-delay",
+            "1s",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(wait_for(LONG, || holder(&c, "brk/.lock").is_some()));
+
+    // Without --yes on a non-terminal: refused, nothing changes.
+    let out = conlock(&server)
+        .args(["break", "--prefix", "brk"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--yes"));
+    assert!(holder(&c, "brk/.lock").is_some());
+
+    let out = conlock(&server)
+        .args(["break", "--prefix", "brk", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("destroyed session"));
+    assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
+    assert!(c
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .is_empty());
+    // Nothing held any more: break says so and succeeds.
+    let out = conlock(&server)
+        .args(["break", "--prefix", "brk", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to break"));
+}
+
+#[test]
+fn break_removes_one_semaphore_holder() {
+    let server = start_server();
+    let mut kids: Vec<_> = (0..2)
+        .map(|_| {
+            conlock(&server)
+                .args([
+                    "sem", "--limit", "2", "--prefix", "bsem", "--", "sleep", "60",
+                ])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let holders = || -> Vec<String> {
+        let out = conlock(&server)
+            .args(["status", "--prefix", "bsem", "--json"])
+            .output()
+            .unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        j["holders"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|h| h["session"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(wait_for(LONG, || holders().len() == 2));
+    let victim = holders()[0].clone();
+    let out = conlock(&server)
+        .args(["break", "--prefix", "bsem", "--session", &victim, "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(wait_for(LONG, || holders().len() == 1));
+    assert!(!holders().contains(&victim));
+    // Exactly one conlock lost its slot (124); stop the other.
+    assert!(wait_for(LONG, || kids
+        .iter_mut()
+        .filter_map(|k| k.try_wait().unwrap())
+        .count()
+        == 1));
+    for k in &mut kids {
+        match k.try_wait().unwrap() {
+            Some(st) => assert_eq!(st.code(), Some(124)),
+            None => {
+                signal(k.id(), libc::SIGTERM);
+                wait_exit(k, LONG);
+            }
+        }
+    }
+}
