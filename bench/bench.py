@@ -151,19 +151,34 @@ def read_log(log):
 
 # 1 -------------------------------------------------------------------------------
 def bench_uncontended(tool, runs):
+    """Wall time of direct runs; peak RSS from GNU time's own fork. (ru_maxrss of a child
+    forked from Python includes Python's pre-exec image: even `true` shows ~14 MiB.)"""
     walls, rss = [], []
+    prefix = f"bench/uncontended/{tool.name}"
     for i in range(runs + 3):
         t0 = time.perf_counter()
-        p = tool.run(tool.lock_cmd(f"bench/uncontended/{tool.name}", ["true"]))
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
+        code = tool.run(tool.lock_cmd(prefix, ["true"])).wait()
         wall = time.perf_counter() - t0
-        if p.returncode != 0:
-            raise SystemExit(f"bench: {tool.name} run failed with {p.returncode}")
+        if code != 0:
+            raise SystemExit(f"bench: {tool.name} run failed with {code}")
         if i >= 3:  # warm-up
             walls.append(wall * 1000)
-            rss.append(usage.ru_maxrss / 1024)
-    return {"wall_ms_p50": statistics.median(walls), "wall_ms_p99": pct(walls, 99), "rss_mib_p50": statistics.median(rss), "rss_mib_max": max(rss)}
+    if os.path.exists("/usr/bin/time"):
+        for _ in range(min(runs, 10)):
+            out = subprocess.run(
+                ["/usr/bin/time", "-f", "MAXRSS %M", *tool.lock_cmd(prefix, ["true"])],
+                env=tool.env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            m = re.search(r"MAXRSS (\d+)", out.stderr)
+            if m:
+                rss.append(int(m.group(1)) / 1024)
+    return {
+        "wall_ms_p50": statistics.median(walls),
+        "wall_ms_p99": pct(walls, 99),
+        "rss_mib_p50": statistics.median(rss) if rss else None,
+        "rss_mib_max": max(rss) if rss else None,
+        "rss_note": "max RSS of the tool and its waited-for children, via /usr/bin/time" if rss else "/usr/bin/time missing: not measured",
+    }
 
 
 # 2 -------------------------------------------------------------------------------
@@ -347,7 +362,9 @@ def main():
     ap.add_argument("--compare-consul-lock", metavar="PATH", help="also measure this consul binary's `consul lock`")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="comma-separated measurement numbers")
     a = ap.parse_args()
+    only = {int(x) for x in a.only.split(",")}
     binary = os.path.abspath(a.bin)
     runs = 5 if a.quick else 20
     server = Server(binary, a.consul_addr)
@@ -358,24 +375,31 @@ def main():
     try:
         for tool in tools:
             r = {}
-            print(f"[{tool.name}] 1 uncontended run ...", file=sys.stderr)
-            r["1_uncontended"] = bench_uncontended(tool, runs)
-            print(f"[{tool.name}] 2 handoff ...", file=sys.stderr)
-            r["2_handoff"] = bench_handoff(tool, 10, 30)
-            print(f"[{tool.name}] 4 failover ...", file=sys.stderr)
-            r["4_failover"] = bench_failover(tool, server, 1, 3 if a.quick else 5)
-            print(f"[{tool.name}] 5 semaphore ...", file=sys.stderr)
-            r["5_semaphore"] = bench_semaphore(tool, server, 60, 0.2, 4)
+            if 1 in only:
+                print(f"[{tool.name}] 1 uncontended run ...", file=sys.stderr)
+                r["1_uncontended"] = bench_uncontended(tool, runs)
+            if 2 in only:
+                print(f"[{tool.name}] 2 handoff ...", file=sys.stderr)
+                r["2_handoff"] = bench_handoff(tool, 10, 30)
+            if 4 in only:
+                print(f"[{tool.name}] 4 failover ...", file=sys.stderr)
+                r["4_failover"] = bench_failover(tool, server, 1, 3 if a.quick else 5)
+            if 5 in only:
+                print(f"[{tool.name}] 5 semaphore ...", file=sys.stderr)
+                r["5_semaphore"] = bench_semaphore(tool, server, 60, 0.2, 4)
             results["tools"][tool.name] = r
         c = results["tools"]["conlock"]
-        print("[conlock] 3 lock-loss reaction ...", file=sys.stderr)
-        c["3_loss_reaction"] = bench_loss_reaction(server, binary, 5 if a.quick else 15)
-        if server.proc:
+        if 3 in only:
+            print("[conlock] 3 lock-loss reaction ...", file=sys.stderr)
+            c["3_loss_reaction"] = bench_loss_reaction(server, binary, 5 if a.quick else 15)
+        if server.proc and 6 in only:
             print("[conlock] 6 idle load ...", file=sys.stderr)
             c["6_idle"] = bench_idle(binary, server, 10 if a.quick else 30)
+        if server.proc and 7 in only:
             print("[dev-server] 7 wake-up of 1000 blocking queries ...", file=sys.stderr)
             results["7_devserver_wakeup"] = bench_wakeup(server, 1000)
-        results["8_binary_size_mb"] = os.path.getsize(binary) / 1e6
+        if 8 in only:
+            results["8_binary_size_mb"] = os.path.getsize(binary) / 1e6
     finally:
         server.stop()
     with open(a.out, "w") as f:
@@ -392,38 +416,46 @@ def fmt(v, unit=""):
 def report(r):
     c = r["tools"]["conlock"]
     other = r["tools"].get("consul-lock")
-    rows = [
-        ("1 uncontended wall p50", c["1_uncontended"]["wall_ms_p50"], "ms", "<= 10 ms", other and other["1_uncontended"]["wall_ms_p50"]),
-        ("1 uncontended peak RSS p50", c["1_uncontended"]["rss_mib_p50"], "MiB", "<= 6 MiB", other and other["1_uncontended"]["rss_mib_p50"]),
-        ("2 handoff p50", c["2_handoff"]["p50_ms"], "ms", "<= 3 ms", other and other["2_handoff"]["p50_ms"]),
-        ("2 handoff p99", c["2_handoff"]["p99_ms"], "ms", "", other and other["2_handoff"]["p99_ms"]),
-        ("3 loss reaction p50", c["3_loss_reaction"]["p50_ms"], "ms", "<= 100 ms", None),
-        ("3 loss reaction max", c["3_loss_reaction"]["max_ms"], "ms", "<= 100 ms", None),
-        ("4 failover minus lock-delay p50", c["4_failover"]["p50_ms_after_delay"], "ms", "<= 100 ms", other and other["4_failover"]["p50_ms_after_delay"]),
-        ("5 semaphore wall / ideal", c["5_semaphore"]["ratio"], "x", "<= 1.25", other and other["5_semaphore"]["ratio"]),
-        ("5 semaphore requests per job", c["5_semaphore"]["requests_per_job"], "", "small", other and other["5_semaphore"]["requests_per_job"]),
-        ("5 semaphore max concurrent", c["5_semaphore"]["max_concurrent"], "", "<= 4", other and other["5_semaphore"]["max_concurrent"]),
+
+    def get(d, *path):
+        for p in path:
+            if not isinstance(d, dict) or p not in d:
+                return None
+            d = d[p]
+        return d
+
+    spec = [
+        ("1 uncontended wall p50", ("1_uncontended", "wall_ms_p50"), "ms", "<= 10 ms"),
+        ("1 uncontended peak RSS p50", ("1_uncontended", "rss_mib_p50"), "MiB", "<= 6 MiB"),
+        ("2 handoff p50", ("2_handoff", "p50_ms"), "ms", "<= 3 ms"),
+        ("2 handoff p99", ("2_handoff", "p99_ms"), "ms", ""),
+        ("3 loss reaction p50", ("3_loss_reaction", "p50_ms"), "ms", "<= 100 ms"),
+        ("3 loss reaction max", ("3_loss_reaction", "max_ms"), "ms", "<= 100 ms"),
+        ("4 failover minus lock-delay p50", ("4_failover", "p50_ms_after_delay"), "ms", "<= 100 ms"),
+        ("5 semaphore wall / ideal", ("5_semaphore", "ratio"), "x", "<= 1.25"),
+        ("5 semaphore requests per job", ("5_semaphore", "requests_per_job"), "", "small"),
+        ("5 semaphore max concurrent", ("5_semaphore", "max_concurrent"), "", "<= 4"),
+        ("6 idle holder requests/min", ("6_idle", "holder_rpm"), "", "~8 (renewals)"),
+        ("6 idle waiter requests/min", ("6_idle", "per_waiter_rpm"), "", "<= 0.2 (1 per 5 min)"),
     ]
-    if "6_idle" in c:
-        rows += [
-            ("6 idle holder requests/min", c["6_idle"]["holder_rpm"], "", "~8 (renewals)", None),
-            ("6 idle waiter requests/min", c["6_idle"]["per_waiter_rpm"], "", "<= 1 per 5 min wait", None),
-        ]
-    if "7_devserver_wakeup" in r:
-        w = r["7_devserver_wakeup"]
+    rows = [(n, get(c, *path), unit, target, get(other, *path) if other else None) for n, path, unit, target in spec]
+    w = r.get("7_devserver_wakeup")
+    if w:
         rows += [
             ("7 1000 blocking queries woken", w["woken"], "", "1000", None),
             ("7 all woken after", w["all_woken_ms"], "ms", "<= 1000 ms", None),
             ("7 dev server peak RSS", w["server_peak_rss_mib"], "MiB", "", None),
         ]
-    rows.append(("8 release binary size", r["8_binary_size_mb"], "MB", "<= 5 MB", None))
-    head = f"{'measurement':<34} {'conlock':>12} {'target':>20}"
+    if "8_binary_size_mb" in r:
+        rows.append(("8 release binary size", r["8_binary_size_mb"], "MB", "<= 5 MB", None))
+    rows = [row for row in rows if row[1] is not None]
+    head = f"{'measurement':<34} {'conlock':>12} {'target':>22}"
     if other:
         head += f" {'consul lock':>12} {'ratio':>7}"
     print(head)
     print("-" * len(head))
     for name, v, unit, target, o in rows:
-        line = f"{name:<34} {fmt(v) + (' ' + unit if unit and v is not None else ''):>12} {target:>20}"
+        line = f"{name:<34} {fmt(v) + (' ' + unit if unit else ''):>12} {target:>22}"
         if other:
             ratio = (v / o) if (isinstance(v, (int, float)) and isinstance(o, (int, float)) and o) else None
             line += f" {fmt(o):>12} {fmt(ratio):>7}"

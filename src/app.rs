@@ -69,7 +69,7 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     };
     let prepared = prepare(conn, &args.hold, behavior)?;
     let value = prepared.value.clone();
-    let lock = Lock { key, value };
+    let lock = Lock::new(key, value);
     holder::hold(&prepared.client, prepared.spec, Arc::new(lock))
 }
 

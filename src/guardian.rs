@@ -150,10 +150,7 @@ pub fn main() -> i32 {
     };
     if let Some(c) = claim {
         let claim: Box<dyn Claim> = match c {
-            ClaimInfo::Lock { key } => Box::new(crate::lock::Lock {
-                key,
-                value: Vec::new(),
-            }),
+            ClaimInfo::Lock { key } => Box::new(crate::lock::Lock::new(key, Vec::new())),
             ClaimInfo::Semaphore { prefix, limit } => Box::new(crate::semaphore::Semaphore {
                 prefix,
                 limit,

@@ -66,6 +66,11 @@ pub trait Claim: Send + Sync + 'static {
     );
     /// Gives the claim back and removes what is no longer needed. Best effort.
     fn release(&self, client: &Client, session_id: &str);
+    /// Whether the session must be renewed while waiting (a semaphore's contender key
+    /// keeps its place in line; a lock waiter holds nothing).
+    fn renew_while_waiting(&self) -> bool {
+        true
+    }
     /// What the guardian must release if conlock dies while holding.
     fn guardian_info(&self) -> ClaimInfo;
     /// Extra environment for the child.
@@ -95,7 +100,7 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
-    let session = Session::create(client, spec.session.clone(), guardian.cloned())?;
+    let session = Session::create(client, spec.session.clone(), guardian.cloned(), claim.renew_while_waiting())?;
     let phase = Arc::new(Mutex::new(Phase::Acquiring {
         client: client.clone(),
         session_id: session.id(),
@@ -125,6 +130,17 @@ fn hold_guarded(
     let session_id = session.id();
     if let Some(g) = guardian {
         g.claim(claim.guardian_info());
+    }
+    match session.resume_renewing() {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            claim.release(client, &session_id);
+            session.destroy();
+            return Err(Error::Other(anyhow::anyhow!(
+                "the session {session_id} could not be confirmed right after acquiring {}; gave it back",
+                claim.describe()
+            )));
+        }
     }
     ui::verbose(format_args!(
         "acquired {} (LockIndex {}, fencing token {})",

@@ -1,7 +1,7 @@
 //! The leader lock: one key, acquired with a session, wire-compatible with `consul lock`
 //! (Consul's api.Lock): flags `LOCK_FLAGS`, key `<prefix>/.lock` for `--prefix`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +24,19 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 pub struct Lock {
     pub key: String,
     pub value: Vec<u8>,
+    /// The key's ModifyIndex when we last saw ourselves holding it (0: unknown). Lets
+    /// `release` free and remove the key with one check-and-set delete.
+    held_at: AtomicU64,
+}
+
+impl Lock {
+    pub fn new(key: String, value: Vec<u8>) -> Lock {
+        Lock {
+            key,
+            value,
+            held_at: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Lock {
@@ -170,7 +183,10 @@ impl Claim for Lock {
                     index = next_index(index, meta.index);
                     match pair {
                         None => Some("the lock key was deleted".to_string()),
-                        Some(p) if p.holder() == Some(session_id.as_str()) => None,
+                        Some(p) if p.holder() == Some(session_id.as_str()) => {
+                            self.held_at.store(p.modify_index, Ordering::SeqCst);
+                            None
+                        }
                         Some(p) => Some(match p.holder() {
                             Some(other) => format!("the lock is now held by session {other}"),
                             None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
@@ -204,6 +220,13 @@ impl Claim for Lock {
     }
 
     fn release(&self, client: &Client, session_id: &str) {
+        // One request in the common case: the key is exactly as we last held it, so a
+        // check-and-set delete frees it and leaves nothing behind, as `consul lock` does.
+        let held_at = self.held_at.load(Ordering::SeqCst);
+        if held_at > 0 && client.kv_delete(&self.key, Some(held_at), false).unwrap_or(false) {
+            ui::verbose(format_args!("released {}", self.describe()));
+            return;
+        }
         let put = PutOptions {
             flags: LOCK_FLAGS,
             release: Some(session_id),
@@ -223,6 +246,10 @@ impl Claim for Lock {
                 let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
             }
         }
+    }
+
+    fn renew_while_waiting(&self) -> bool {
+        false
     }
 
     fn guardian_info(&self) -> ClaimInfo {

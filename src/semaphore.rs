@@ -108,8 +108,8 @@ impl LockState {
 struct View {
     lock: Option<KvPair>,
     state: LockState,
-    /// Contender keys whose session is alive: session -> CreateIndex.
-    contenders: BTreeMap<String, u64>,
+    /// Contender keys whose session is alive: session -> (CreateIndex, ModifyIndex).
+    contenders: BTreeMap<String, (u64, u64)>,
 }
 
 impl Semaphore {
@@ -122,6 +122,11 @@ impl Semaphore {
     }
 
     fn view(&self, pairs: Vec<KvPair>) -> Result<View> {
+        self.view_checked(pairs, true)
+    }
+
+    /// `check_limit` false: accept any stored limit (release, `break`, the guardian).
+    fn view_checked(&self, pairs: Vec<KvPair>, check_limit: bool) -> Result<View> {
         let lock_key = self.lock_key();
         let mut lock = None;
         let mut contenders = BTreeMap::new();
@@ -132,7 +137,7 @@ impl Semaphore {
                 && p.key.rsplit_once('/').map(|(d, _)| d) == Some(self.prefix.as_str())
             {
                 if let Some(s) = p.holder() {
-                    contenders.insert(s.to_string(), p.create_index);
+                    contenders.insert(s.to_string(), (p.create_index, p.modify_index));
                 }
             }
         }
@@ -152,7 +157,7 @@ impl Semaphore {
             limit: self.limit,
             holders: BTreeMap::new(),
         });
-        if state.limit != self.limit {
+        if check_limit && state.limit != self.limit {
             return Err(Error::Conflict(format!(
                 "semaphore limit conflict (lock: {}, local: {})",
                 state.limit, self.limit
@@ -216,6 +221,9 @@ impl Claim for Semaphore {
         self.create_contender(client, session)?;
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
+        // A waiter far back in line watches only the waiter ahead of it, so a freed slot
+        // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
+        let chain_wait = session.spec().ttl;
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
@@ -245,14 +253,14 @@ impl Claim for Semaphore {
             let timed_out = index != 0 && meta.index == index;
             index = next_index(index, meta.index);
             let view = self.view(pairs)?;
-            if !view.contenders.contains_key(&sid) {
+            let Some(&(my_created, _)) = view.contenders.get(&sid) else {
                 // Our contender key vanished (session invalidated, or an operator); start over.
                 if session.lost().is_none() {
                     self.create_contender(client, session)?;
                 }
                 index = 0;
                 continue;
-            }
+            };
             let free = (self.limit as usize).saturating_sub(view.state.holders.len());
             if view.state.holders.contains_key(&sid) {
                 // We are in already (a CAS answer got lost); take it.
@@ -263,14 +271,20 @@ impl Claim for Semaphore {
             }
             // First come, first served: only the oldest `free` waiters write, so a freed
             // slot does not make every waiter rewrite `.lock` at once.
-            let rank = view
-                .contenders
-                .iter()
-                .filter(|(s, _)| !view.state.holders.contains_key(*s))
-                .filter(|(_, &created)| created < view.contenders[&sid])
-                .count();
+            let ahead: Vec<(&String, u64, u64)> = {
+                let mut v: Vec<_> = view
+                    .contenders
+                    .iter()
+                    .filter(|(s, _)| !view.state.holders.contains_key(*s))
+                    .filter(|(_, &(created, _))| created < my_created)
+                    .map(|(s, &(c, m))| (s, c, m))
+                    .collect();
+                v.sort_by_key(|&(_, c, _)| c);
+                v
+            };
+            let rank = ahead.len();
             wait.holder(Some(format!(
-                "{} of {} slots",
+                "{} of {} slots, {rank} ahead in line",
                 view.state.holders.len(),
                 self.limit
             )));
@@ -283,6 +297,13 @@ impl Claim for Semaphore {
                     // Read back the ModifyIndex we produced: the fencing token.
                     let (lock, _) = client.kv_get(&self.lock_key(), QueryOptions::default())?;
                     let modify_index = lock.map_or(0, |p| p.modify_index);
+                    // Touch our contender key: that wakes the waiter behind us.
+                    let put = PutOptions {
+                        flags: SEMAPHORE_FLAGS,
+                        acquire: Some(&sid),
+                        ..Default::default()
+                    };
+                    let _ = client.kv_put(&self.contender_key(&sid), &self.value, put);
                     return Ok(Some(Held {
                         lock_index: 1,
                         modify_index,
@@ -295,6 +316,20 @@ impl Claim for Semaphore {
             }
             if holder::deadline_passed(deadline) {
                 return Ok(None);
+            }
+            if free == 0 && rank > 0 {
+                // Wait for the waiter just ahead to take a slot or leave.
+                let (pred, _, pred_index) = ahead[rank - 1];
+                let left = deadline.map_or(chain_wait, |d| d.saturating_duration_since(Instant::now()));
+                let q = QueryOptions::blocking(pred_index, chain_wait.min(left));
+                if let Err(e) = client.kv_get(&self.contender_key(pred), q) {
+                    if !e.is_retryable() {
+                        return Err(e.into());
+                    }
+                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+                }
+                index = 0;
+                continue;
             }
             wait_for = if free > 0 {
                 NOT_MY_TURN_WAIT * (1 + (rank - free) as u32).min(20)
@@ -313,75 +348,46 @@ impl Claim for Semaphore {
         events: Sender<Event>,
         stop: Arc<AtomicBool>,
     ) {
-        let mut index = held.modify_index;
-        let mut failures = 0u32;
-        let lock_key = self.lock_key();
+        // Two narrow watches instead of the whole prefix, so other contenders coming
+        // and going do not wake holders.
         let my_key = self.contender_key(&session_id);
-        while !stop.load(Ordering::SeqCst) {
-            let lost = match client.kv_list(&self.prefix, QueryOptions::blocking(index, WATCH_WAIT))
-            {
-                Ok((pairs, meta)) => {
-                    failures = 0;
-                    index = next_index(index, meta.index);
-                    let mine = pairs.iter().find(|p| p.key == my_key);
-                    let lock = pairs.iter().find(|p| p.key == lock_key);
-                    let in_holders = lock
-                        .and_then(|p| LockState::decode(p.value_bytes(), &lock_key).ok().flatten())
-                        .is_some_and(|s| s.holders.contains_key(&session_id));
-                    if mine.and_then(|p| p.holder()) != Some(session_id.as_str()) {
-                        Some(
-                            "our contender key is gone (session invalidated or destroyed)"
-                                .to_string(),
-                        )
-                    } else if !in_holders {
-                        Some(format!(
-                            "our session was removed from the holders in {lock_key}"
-                        ))
-                    } else {
-                        None
-                    }
+        let (c2, s2, e2, stop2, sid2) = (client.clone(), session_id.clone(), events.clone(), stop.clone(), session_id.clone());
+        std::thread::spawn(move || {
+            watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
+                match pair.and_then(|p| p.holder().map(str::to_string)) {
+                    Some(h) if h == s2 => None,
+                    _ => Some(format!("our contender key {my_key} is gone (session {sid2} invalidated or destroyed)")),
                 }
-                Err(e) => {
-                    failures += 1;
-                    if failures > policy.retries {
-                        Some(format!(
-                            "cannot read the semaphore after {failures} tries: {e}"
-                        ))
-                    } else {
-                        ui::verbose(format_args!(
-                            "watching the semaphore failed ({e}); retry {failures} of {}",
-                            policy.retries
-                        ));
-                        std::thread::sleep(policy.retry_time);
-                        None
-                    }
-                }
-            };
-            if let Some(reason) = lost {
-                if !stop.load(Ordering::SeqCst) {
-                    let _ = events.send(Event::Lost(reason));
-                }
-                return;
-            }
-        }
+            });
+        });
+        let lock_key = self.lock_key();
+        watch_key(&client, &lock_key, held.modify_index, policy, &events, &stop, |pair| {
+            let in_holders = pair
+                .and_then(|p| LockState::decode(p.value_bytes(), &lock_key).ok().flatten())
+                .is_some_and(|s| s.holders.contains_key(&session_id));
+            (!in_holders).then(|| format!("our session was removed from the holders in {lock_key}"))
+        });
     }
 
     fn release(&self, client: &Client, session_id: &str) {
         let lock_key = self.lock_key();
+        // Remove ourselves (and holders already dead) by CAS; the last one out deletes
+        // `.lock`, also by CAS, so a newcomer that just joined keeps it.
         for _ in 0..100 {
-            let Ok((lock, _)) = client.kv_get(&lock_key, QueryOptions::default()) else {
+            let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) else {
                 break;
             };
-            let Some(lock) = lock else { break };
-            let Ok(Some(mut state)) = LockState::decode(lock.value_bytes(), &lock_key) else {
-                break;
-            };
-            if lock.flags != SEMAPHORE_FLAGS || !state.holders.contains_key(session_id) {
+            let Ok(mut view) = self.view_checked(pairs, false) else { break };
+            let Some(lock) = view.lock.as_ref() else { break };
+            // Our own contender key still counts as alive in the view; drop us explicitly.
+            view.contenders.remove(session_id);
+            let mut state = view.state.clone();
+            state.holders.remove(session_id);
+            let unchanged = state == view.state && lock.value_bytes() == state.encode().as_slice();
+            if unchanged {
                 break;
             }
-            state.holders.remove(session_id);
-            let done = if state.holders.is_empty() {
-                // Only by CAS: a newcomer that just joined keeps its `.lock`.
+            let done = if state.holders.is_empty() && view.contenders.is_empty() {
                 client.kv_delete(&lock_key, Some(lock.modify_index), false)
             } else {
                 let put = PutOptions {
@@ -406,16 +412,6 @@ impl Claim for Semaphore {
             }
         }
         let _ = client.kv_delete(&self.contender_key(session_id), None, false);
-        // If nobody holds a slot any more, remove an empty `.lock` left by a pruned holder.
-        if let Ok((Some(lock), _)) = client.kv_get(&lock_key, QueryOptions::default()) {
-            if let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) {
-                if let Ok(view) = self.view(pairs) {
-                    if view.state.holders.is_empty() && view.contenders.is_empty() {
-                        let _ = client.kv_delete(&lock_key, Some(lock.modify_index), false);
-                    }
-                }
-            }
-        }
     }
 
     fn guardian_info(&self) -> ClaimInfo {
@@ -431,6 +427,54 @@ impl Claim for Semaphore {
             ("CONLOCK_PREFIX".to_string(), self.prefix.clone()),
             ("CONLOCK_LIMIT".to_string(), self.limit.to_string()),
         ]
+    }
+}
+
+/// Follows one key with blocking queries until `lost` says why it is lost (sent as
+/// `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry policy.
+fn watch_key(
+    client: &Client,
+    key: &str,
+    start_index: u64,
+    policy: MonitorPolicy,
+    events: &Sender<Event>,
+    stop: &AtomicBool,
+    lost: impl Fn(Option<&KvPair>) -> Option<String>,
+) {
+    let mut index = start_index;
+    let mut failures = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        let q = if index == 0 {
+            QueryOptions::default()
+        } else {
+            QueryOptions::blocking(index, WATCH_WAIT)
+        };
+        let reason = match client.kv_get(key, q) {
+            Ok((pair, meta)) => {
+                failures = 0;
+                index = next_index(index, meta.index);
+                lost(pair.as_ref())
+            }
+            Err(e) => {
+                failures += 1;
+                if failures > policy.retries {
+                    Some(format!("cannot read {key} after {failures} tries: {e}"))
+                } else {
+                    ui::verbose(format_args!(
+                        "watching {key} failed ({e}); retry {failures} of {}",
+                        policy.retries
+                    ));
+                    std::thread::sleep(policy.retry_time);
+                    None
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            if !stop.load(Ordering::SeqCst) {
+                let _ = events.send(Event::Lost(reason));
+            }
+            return;
+        }
     }
 }
 

@@ -52,16 +52,20 @@ struct State {
     confirmed_at: Instant,
     lost: Option<String>,
     stop: bool,
+    /// Not renewing: a lock waiter holds nothing, so it spares Consul the renewals.
+    paused: bool,
     on_lost: Option<Sender<Event>>,
 }
 
 impl Session {
     /// Creates the session and starts renewing it.
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
+    /// With `renew` false, renewals wait for `resume_renewing`.
     pub fn create(
         client: &Client,
         spec: SessionSpec,
         guardian: Option<Arc<Guardian>>,
+        renew: bool,
     ) -> Result<Session, ConsulError> {
         let sent = Instant::now();
         let id = client.session_create(&request(&spec))?;
@@ -81,6 +85,7 @@ impl Session {
                 confirmed_at: sent,
                 lost: None,
                 stop: false,
+                paused: !renew,
                 on_lost: None,
             }),
             wake: Condvar::new(),
@@ -122,6 +127,25 @@ impl Session {
             let _ = tx.send(Event::Lost(reason.clone()));
         }
         s.on_lost = Some(tx);
+    }
+
+    /// Starts (or keeps) renewing. If the last confirmation is older than TTL/2, renews
+    /// at once so that `deadline()` is fresh. `Ok(false)`: Consul no longer knows the session.
+    pub fn resume_renewing(&self) -> Result<bool, ConsulError> {
+        let (id, stale) = {
+            let s = self.state();
+            (s.id.clone(), s.confirmed_at.elapsed() > self.shared.spec.ttl / 2)
+        };
+        if stale {
+            let sent = Instant::now();
+            match self.shared.client.session_renew(&id, self.shared.client.request_timeout)? {
+                Some(_) => self.state().confirmed_at = sent,
+                None => return Ok(false),
+            }
+        }
+        self.state().paused = false;
+        self.shared.wake.notify_all();
+        Ok(true)
     }
 
     /// Replaces a lost session by a new one (for example after the server lost its state).
@@ -204,10 +228,13 @@ fn renew_loop(shared: &Shared) {
                     return;
                 }
                 let now = Instant::now();
-                if now >= next && s.lost.is_none() {
+                if s.paused {
+                    next = s.confirmed_at + ttl / 2;
+                }
+                if now >= next && s.lost.is_none() && !s.paused {
                     break;
                 }
-                let wait = if s.lost.is_some() {
+                let wait = if s.lost.is_some() || s.paused {
                     Duration::from_secs(3600)
                 } else {
                     next - now

@@ -178,3 +178,13 @@ pub fn logged_job(log: &Path, body: &str) -> String {
         "id=$$; echo \"S $id $(date +%s%N)\" >> {log}; {body}; echo \"E $id $(date +%s%N)\" >> {log}"
     )
 }
+
+/// Kills (and reaps) a child when dropped, so a failing test leaves no process behind.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

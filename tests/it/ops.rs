@@ -114,12 +114,13 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
         "echo \"$CONLOCK_EVENT $CONLOCK_HOLDER_SESSION $CONLOCK_TARGET\" >> {}",
         events.display()
     );
-    let mut w = conlock(&server)
+    let w = conlock(&server)
         .args(["watch", "--key", "wk", "--json", "--", "sh", "-c", &handler])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(w.stdout.take().unwrap()).lines();
+    let _w = KillOnDrop(w);
     let mut next =
         || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
     assert_eq!(next()["event"], "free");
@@ -180,8 +181,6 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
     );
     let got: Vec<String> = read(&events).lines().map(str::to_string).collect();
     assert_eq!(got, want);
-    let _ = w.kill();
-    let _ = w.wait();
 }
 
 #[test]
