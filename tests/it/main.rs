@@ -4,5 +4,6 @@ mod common;
 mod devserver;
 mod faults;
 mod harness;
+mod prop;
 mod run;
 mod sem;
