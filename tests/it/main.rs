@@ -5,5 +5,6 @@ mod devserver;
 mod faults;
 mod harness;
 mod ops;
+mod prop;
 mod run;
 mod sem;
