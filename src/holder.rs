@@ -100,7 +100,12 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
-    let session = Session::create(client, spec.session.clone(), guardian.cloned(), claim.renew_while_waiting())?;
+    let session = Session::create(
+        client,
+        spec.session.clone(),
+        guardian.cloned(),
+        claim.renew_while_waiting(),
+    )?;
     let phase = Arc::new(Mutex::new(Phase::Acquiring {
         client: client.clone(),
         session_id: session.id(),

@@ -223,7 +223,11 @@ impl Claim for Lock {
         // One request in the common case: the key is exactly as we last held it, so a
         // check-and-set delete frees it and leaves nothing behind, as `consul lock` does.
         let held_at = self.held_at.load(Ordering::SeqCst);
-        if held_at > 0 && client.kv_delete(&self.key, Some(held_at), false).unwrap_or(false) {
+        if held_at > 0
+            && client
+                .kv_delete(&self.key, Some(held_at), false)
+                .unwrap_or(false)
+        {
             ui::verbose(format_args!("released {}", self.describe()));
             return;
         }

@@ -320,7 +320,8 @@ impl Claim for Semaphore {
             if free == 0 && rank > 0 {
                 // Wait for the waiter just ahead to take a slot or leave.
                 let (pred, _, pred_index) = ahead[rank - 1];
-                let left = deadline.map_or(chain_wait, |d| d.saturating_duration_since(Instant::now()));
+                let left =
+                    deadline.map_or(chain_wait, |d| d.saturating_duration_since(Instant::now()));
                 let q = QueryOptions::blocking(pred_index, chain_wait.min(left));
                 if let Err(e) = client.kv_get(&self.contender_key(pred), q) {
                     if !e.is_retryable() {
@@ -351,7 +352,13 @@ impl Claim for Semaphore {
         // Two narrow watches instead of the whole prefix, so other contenders coming
         // and going do not wake holders.
         let my_key = self.contender_key(&session_id);
-        let (c2, s2, e2, stop2, sid2) = (client.clone(), session_id.clone(), events.clone(), stop.clone(), session_id.clone());
+        let (c2, s2, e2, stop2, sid2) = (
+            client.clone(),
+            session_id.clone(),
+            events.clone(),
+            stop.clone(),
+            session_id.clone(),
+        );
         std::thread::spawn(move || {
             watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
                 match pair.and_then(|p| p.holder().map(str::to_string)) {
@@ -361,12 +368,21 @@ impl Claim for Semaphore {
             });
         });
         let lock_key = self.lock_key();
-        watch_key(&client, &lock_key, held.modify_index, policy, &events, &stop, |pair| {
-            let in_holders = pair
-                .and_then(|p| LockState::decode(p.value_bytes(), &lock_key).ok().flatten())
-                .is_some_and(|s| s.holders.contains_key(&session_id));
-            (!in_holders).then(|| format!("our session was removed from the holders in {lock_key}"))
-        });
+        watch_key(
+            &client,
+            &lock_key,
+            held.modify_index,
+            policy,
+            &events,
+            &stop,
+            |pair| {
+                let in_holders = pair
+                    .and_then(|p| LockState::decode(p.value_bytes(), &lock_key).ok().flatten())
+                    .is_some_and(|s| s.holders.contains_key(&session_id));
+                (!in_holders)
+                    .then(|| format!("our session was removed from the holders in {lock_key}"))
+            },
+        );
     }
 
     fn release(&self, client: &Client, session_id: &str) {
@@ -377,8 +393,12 @@ impl Claim for Semaphore {
             let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) else {
                 break;
             };
-            let Ok(mut view) = self.view_checked(pairs, false) else { break };
-            let Some(lock) = view.lock.as_ref() else { break };
+            let Ok(mut view) = self.view_checked(pairs, false) else {
+                break;
+            };
+            let Some(lock) = view.lock.as_ref() else {
+                break;
+            };
             // Our own contender key still counts as alive in the view; drop us explicitly.
             view.contenders.remove(session_id);
             let mut state = view.state.clone();

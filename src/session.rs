@@ -134,11 +134,18 @@ impl Session {
     pub fn resume_renewing(&self) -> Result<bool, ConsulError> {
         let (id, stale) = {
             let s = self.state();
-            (s.id.clone(), s.confirmed_at.elapsed() > self.shared.spec.ttl / 2)
+            (
+                s.id.clone(),
+                s.confirmed_at.elapsed() > self.shared.spec.ttl / 2,
+            )
         };
         if stale {
             let sent = Instant::now();
-            match self.shared.client.session_renew(&id, self.shared.client.request_timeout)? {
+            match self
+                .shared
+                .client
+                .session_renew(&id, self.shared.client.request_timeout)?
+            {
                 Some(_) => self.state().confirmed_at = sent,
                 None => return Ok(false),
             }

@@ -114,7 +114,7 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
         "echo \"$CONLOCK_EVENT $CONLOCK_HOLDER_SESSION $CONLOCK_TARGET\" >> {}",
         events.display()
     );
-    let w = conlock(&server)
+    let mut w = conlock(&server)
         .args(["watch", "--key", "wk", "--json", "--", "sh", "-c", &handler])
         .stdout(Stdio::piped())
         .spawn()
