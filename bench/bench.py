@@ -137,6 +137,21 @@ def bash_job(log, body):
     return ["bash", "-c", f'echo "S $$ $EPOCHREALTIME" >> {log}; {body}; echo "E $$ $EPOCHREALTIME" >> {log}']
 
 
+STAMP = None
+
+
+def stamp_job(log, ms):
+    """The job used for handoffs: a tiny C program if a C compiler is here, else bash."""
+    global STAMP
+    if STAMP is None:
+        out = os.path.join(tempfile.mkdtemp(), "stamp")
+        ok = subprocess.run(["cc", "-O2", "-o", out, os.path.join(HERE, "stamp.c")], stderr=subprocess.DEVNULL).returncode == 0
+        STAMP = out if ok else ""
+    if STAMP:
+        return [STAMP, log, str(ms)], "C stamp program"
+    return bash_job(log, f"sleep {ms / 1000}"), "bash with $EPOCHREALTIME (no C compiler)"
+
+
 def read_log(log):
     starts, ends = {}, {}
     with open(log) as f:
@@ -183,22 +198,36 @@ def bench_uncontended(tool, runs):
 
 # 2 -------------------------------------------------------------------------------
 def bench_handoff(tool, waiters, handoffs):
+    """Keeps `waiters` contenders queued behind the holder; each handoff is the gap from
+    one job's last line to the next job's first line (both bash, $EPOCHREALTIME)."""
     d = tempfile.mkdtemp()
     log = os.path.join(d, "log")
-    prefix = f"bench/handoff/{tool.name}"
-    procs = []
+    prefix = f"bench/handoff/{tool.name}/{time.time_ns()}"
+    key = prefix + "/.lock"
     total = handoffs + 1
-    for _ in range(total):
-        procs.append(tool.run(tool.lock_cmd(prefix, bash_job(log, "sleep 0.05"))))
-        if len(procs) <= waiters:
-            time.sleep(0.02)
-    for p in procs:
-        p.wait()
+    started, running = 0, []
+
+    job, kind = stamp_job(log, 50)
+
+    def start():
+        nonlocal started
+        running.append(tool.run(tool.lock_cmd(prefix, job)))
+        started += 1
+
+    start()
+    wait_for(lambda: tool.server.holder(key) is not None)
+    while started < min(total, waiters + 1):
+        start()
+    while running:
+        for p in list(running):
+            if p.poll() is not None:
+                running.remove(p)
+                if started < total:
+                    start()
+        time.sleep(0.002)
     iv = sorted(read_log(log))
     gaps = [(iv[i + 1][0] - iv[i][1]) * 1000 for i in range(len(iv) - 1)]
-    # The first few include process start-up of late waiters; keep steady-state handoffs.
-    gaps = gaps[-handoffs:]
-    return {"handoffs": len(gaps), "p50_ms": statistics.median(gaps), "p99_ms": pct(gaps, 99)}
+    return {"waiters": waiters, "job": kind, "handoffs": len(gaps), "p50_ms": statistics.median(gaps), "p99_ms": pct(gaps, 99)}
 
 
 # 3 -------------------------------------------------------------------------------

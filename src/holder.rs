@@ -158,6 +158,30 @@ fn hold_guarded(
     // From here on, signals are forwarded to the child instead of ending conlock.
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     session.notify_lost(tx.clone());
+    let mut env = vec![
+        ("CONLOCK_SESSION".to_string(), session_id.clone()),
+        (
+            "CONLOCK_LOCK_INDEX".to_string(),
+            held.lock_index.to_string(),
+        ),
+        (
+            "CONLOCK_MODIFY_INDEX".to_string(),
+            held.modify_index.to_string(),
+        ),
+        ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
+    ];
+    env.extend(claim.env(&held, &session_id));
+
+    let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
+        Ok(c) => c,
+        Err(e) => {
+            claim.release(client, &session_id);
+            session.destroy();
+            return Err(e);
+        }
+    };
+    // Started after the child so that its first request does not slow the spawn; a loss
+    // in between is still seen, as the watch starts from the acquisition's index.
     let stop_monitor = Arc::new(AtomicBool::new(false));
     {
         let (claim, client, sid, held, policy, tx, stop) = (
@@ -175,29 +199,6 @@ fn hold_guarded(
             .map_err(|e| Error::Other(e.into()))?;
     }
 
-    let mut env = vec![
-        ("CONLOCK_SESSION".to_string(), session_id.clone()),
-        (
-            "CONLOCK_LOCK_INDEX".to_string(),
-            held.lock_index.to_string(),
-        ),
-        (
-            "CONLOCK_MODIFY_INDEX".to_string(),
-            held.modify_index.to_string(),
-        ),
-        ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
-    ];
-    env.extend(claim.env(&held, &session_id));
-
-    let child = match Child::spawn(&spec.program, &env, tx, guardian.map(|g| &**g)) {
-        Ok(c) => c,
-        Err(e) => {
-            stop_monitor.store(true, Ordering::SeqCst);
-            claim.release(client, &session_id);
-            session.destroy();
-            return Err(e);
-        }
-    };
     let outcome = supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
     stop_monitor.store(true, Ordering::SeqCst);
     child.finish();

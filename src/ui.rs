@@ -58,7 +58,7 @@ pub fn verbose(msg: impl std::fmt::Display) {
         let _ = writeln!(
             std::io::stderr(),
             "{} conlock: {msg}",
-            timestamp(SystemTime::now())
+            timestamp_micros(SystemTime::now())
         );
     }
 }
@@ -81,16 +81,23 @@ pub fn clear_status() {
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-11-21T13:52:49.123Z`.
 pub fn timestamp(t: SystemTime) -> String {
+    let mut s = timestamp_micros(t);
+    s.replace_range(23..26, "");
+    s
+}
+
+/// RFC 3339 UTC with microseconds, for -v progress lines.
+pub fn timestamp_micros(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, dd) = civil_from_days(days);
     format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
         rem / 3600,
         (rem / 60) % 60,
         rem % 60,
-        d.subsec_millis()
+        d.subsec_micros()
     )
 }
 
@@ -120,5 +127,6 @@ mod tests {
         assert_eq!(timestamp(t), "2026-11-21T13:45:26.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(timestamp(leap), "2000-02-29T00:00:00.000Z");
+        assert_eq!(timestamp_micros(t), "2026-11-21T13:45:26.123000Z");
     }
 }
