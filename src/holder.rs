@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::consul::{Client, ConsulError};
+use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
 use crate::error::{exit, Error, Result};
 use crate::guardian::{ClaimInfo, Guardian};
 use crate::session::{Session, SessionSpec};
@@ -309,6 +309,20 @@ impl WaitDisplay {
     }
 }
 
+/// Pause between tries while Consul cannot be reached during a wait.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// After a retryable failure while waiting: says so and pauses. False when `deadline`
+/// has passed (the caller then gives up as busy).
+pub fn pause_after_failure(e: &ConsulError, deadline: Option<Instant>) -> bool {
+    ui::notice(format_args!("{e}; retrying"));
+    if deadline_passed(deadline) {
+        return false;
+    }
+    sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+    true
+}
+
 /// Sleeps `d`, but not past `deadline`.
 pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
     let d = match deadline {
@@ -360,5 +374,53 @@ pub fn is_invalid_session(e: &ConsulError) -> bool {
             body.contains("invalid session") || body.contains("not found")
         }
         _ => false,
+    }
+}
+
+/// Follows one key with blocking queries until `lost` says why it is lost (sent as
+/// `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry policy.
+pub fn watch_key(
+    client: &Client,
+    key: &str,
+    start_index: u64,
+    policy: MonitorPolicy,
+    events: &Sender<Event>,
+    stop: &AtomicBool,
+    lost: impl Fn(Option<&KvPair>) -> Option<String>,
+) {
+    let mut index = start_index;
+    let mut failures = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        let q = if index == 0 {
+            QueryOptions::default()
+        } else {
+            QueryOptions::blocking(index, WATCH_WAIT)
+        };
+        let reason = match client.kv_get(key, q) {
+            Ok((pair, meta)) => {
+                failures = 0;
+                index = next_index(index, meta.index);
+                lost(pair.as_ref())
+            }
+            Err(e) => {
+                failures += 1;
+                if failures > policy.retries {
+                    Some(format!("cannot read {key} after {failures} tries: {e}"))
+                } else {
+                    ui::verbose(format_args!(
+                        "watching {key} failed ({e}); retry {failures} of {}",
+                        policy.retries
+                    ));
+                    std::thread::sleep(policy.retry_time);
+                    None
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            if !stop.load(Ordering::SeqCst) {
+                let _ = events.send(Event::Lost(reason));
+            }
+            return;
+        }
     }
 }

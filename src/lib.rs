@@ -4,6 +4,7 @@ pub mod consul;
 pub mod devserver;
 pub mod duration;
 pub mod error;
+pub mod gostd;
 pub mod guardian;
 pub mod holder;
 pub mod lock;

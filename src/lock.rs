@@ -18,8 +18,6 @@ use crate::ui;
 /// so that a new holder starts soon after the delay ends.
 const DELAY_RETRY_MIN: Duration = Duration::from_millis(5);
 const DELAY_RETRY_MAX: Duration = Duration::from_millis(40);
-/// Pause between reads when Consul is unreachable while we wait.
-const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 
 pub struct Lock {
     pub key: String,
@@ -92,11 +90,9 @@ impl Claim for Lock {
             let (pair, meta) = match client.kv_get(&self.key, q) {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
-                    ui::notice(format_args!("{e}; retrying"));
-                    if holder::deadline_passed(deadline) {
+                    if !holder::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
-                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
                     index = 0;
                     continue;
                 }
@@ -153,11 +149,9 @@ impl Claim for Lock {
                     index = 0;
                 }
                 Err(e) if e.is_retryable() => {
-                    ui::notice(format_args!("{e}; retrying"));
-                    if holder::deadline_passed(deadline) {
+                    if !holder::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
-                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
                     index = 0;
                 }
                 Err(e) => return Err(e.into()),
@@ -174,49 +168,27 @@ impl Claim for Lock {
         events: Sender<Event>,
         stop: Arc<AtomicBool>,
     ) {
-        let mut index = held.modify_index;
-        let mut failures = 0u32;
-        while !stop.load(Ordering::SeqCst) {
-            let lost = match client.kv_get(&self.key, QueryOptions::blocking(index, WATCH_WAIT)) {
-                Ok((pair, meta)) => {
-                    failures = 0;
-                    index = next_index(index, meta.index);
-                    match pair {
-                        None => Some("the lock key was deleted".to_string()),
-                        Some(p) if p.holder() == Some(session_id.as_str()) => {
-                            self.held_at.store(p.modify_index, Ordering::SeqCst);
-                            None
-                        }
-                        Some(p) => Some(match p.holder() {
-                            Some(other) => format!("the lock is now held by session {other}"),
-                            None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
-                        }),
-                    }
-                }
-                Err(e) => {
-                    failures += 1;
-                    if failures > policy.retries {
-                        Some(format!(
-                            "cannot read the lock after {} tries: {e}",
-                            failures
-                        ))
-                    } else {
-                        ui::verbose(format_args!(
-                            "watching the lock failed ({e}); retry {failures} of {}",
-                            policy.retries
-                        ));
-                        std::thread::sleep(policy.retry_time);
-                        None
-                    }
-                }
-            };
-            if let Some(reason) = lost {
-                if !stop.load(Ordering::SeqCst) {
-                    let _ = events.send(Event::Lost(reason));
-                }
-                return;
+        holder::watch_key(
+            &client,
+            &self.key,
+            held.modify_index,
+            policy,
+            &events,
+            &stop,
+            |pair| {
+                match pair {
+            None => Some("the lock key was deleted".to_string()),
+            Some(p) if p.holder() == Some(session_id.as_str()) => {
+                self.held_at.store(p.modify_index, Ordering::SeqCst);
+                None
             }
+            Some(p) => Some(match p.holder() {
+                Some(other) => format!("the lock is now held by session {other}"),
+                None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
+            }),
         }
+            },
+        );
     }
 
     fn release(&self, client: &Client, session_id: &str) {

@@ -4,7 +4,7 @@
 //! only ever changed by check-and-set.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +24,6 @@ const LOCK_KEY: &str = ".lock";
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
-const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 
 pub fn run(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
     let prefix = crate::app::normalize_key(&args.prefix, "--prefix")?;
@@ -240,11 +239,9 @@ impl Claim for Semaphore {
             let (pairs, meta) = match client.kv_list(&self.prefix, q) {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
-                    ui::notice(format_args!("{e}; retrying"));
-                    if holder::deadline_passed(deadline) {
+                    if !holder::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
-                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
                     index = 0;
                     continue;
                 }
@@ -327,7 +324,9 @@ impl Claim for Semaphore {
                     if !e.is_retryable() {
                         return Err(e.into());
                     }
-                    holder::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+                    if !holder::pause_after_failure(&e, deadline) {
+                        return Ok(None);
+                    }
                 }
                 index = 0;
                 continue;
@@ -360,7 +359,7 @@ impl Claim for Semaphore {
             session_id.clone(),
         );
         std::thread::spawn(move || {
-            watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
+            holder::watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
                 match pair.and_then(|p| p.holder().map(str::to_string)) {
                     Some(h) if h == s2 => None,
                     _ => Some(format!("our contender key {my_key} is gone (session {sid2} invalidated or destroyed)")),
@@ -368,7 +367,7 @@ impl Claim for Semaphore {
             });
         });
         let lock_key = self.lock_key();
-        watch_key(
+        holder::watch_key(
             &client,
             &lock_key,
             held.modify_index,
@@ -447,54 +446,6 @@ impl Claim for Semaphore {
             ("CONLOCK_PREFIX".to_string(), self.prefix.clone()),
             ("CONLOCK_LIMIT".to_string(), self.limit.to_string()),
         ]
-    }
-}
-
-/// Follows one key with blocking queries until `lost` says why it is lost (sent as
-/// `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry policy.
-fn watch_key(
-    client: &Client,
-    key: &str,
-    start_index: u64,
-    policy: MonitorPolicy,
-    events: &Sender<Event>,
-    stop: &AtomicBool,
-    lost: impl Fn(Option<&KvPair>) -> Option<String>,
-) {
-    let mut index = start_index;
-    let mut failures = 0u32;
-    while !stop.load(Ordering::SeqCst) {
-        let q = if index == 0 {
-            QueryOptions::default()
-        } else {
-            QueryOptions::blocking(index, WATCH_WAIT)
-        };
-        let reason = match client.kv_get(key, q) {
-            Ok((pair, meta)) => {
-                failures = 0;
-                index = next_index(index, meta.index);
-                lost(pair.as_ref())
-            }
-            Err(e) => {
-                failures += 1;
-                if failures > policy.retries {
-                    Some(format!("cannot read {key} after {failures} tries: {e}"))
-                } else {
-                    ui::verbose(format_args!(
-                        "watching {key} failed ({e}); retry {failures} of {}",
-                        policy.retries
-                    ));
-                    std::thread::sleep(policy.retry_time);
-                    None
-                }
-            }
-        };
-        if let Some(reason) = reason {
-            if !stop.load(Ordering::SeqCst) {
-                let _ = events.send(Event::Lost(reason));
-            }
-            return;
-        }
     }
 }
 

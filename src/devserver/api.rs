@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::gojson::{go_decode_first, J};
-use super::gostd::{
-    clean_request_path, detect_content_type, format_duration, is_print, parse_duration, parse_uint,
-    path_escape, strconv_quote, Query,
-};
 use super::http::{Body, Request, Response, MAX_BODY};
 use super::shared::{ConnHandle, Shared};
 use super::store::{kv_json, session_json, Behavior, NewSession, Store};
 use super::{util, FaultMode};
+use crate::gostd::{
+    clean_request_path, detect_content_type, format_duration, is_print, parse_duration, parse_uint,
+    path_escape, strconv_quote, Query,
+};
 
 /// What a handler wants done with the connection.
 pub enum Outcome {

@@ -3,7 +3,7 @@
 //! mode always pretty-prints), and the first-value syntax check of
 //! `json.Decoder.Decode` with Go's error texts.
 
-use super::gostd::json_quote_char;
+use crate::gostd::json_quote_char;
 
 /// An ordered JSON value for responses (field order matters to match Consul).
 #[derive(Debug, Clone, PartialEq)]

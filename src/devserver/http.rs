@@ -378,7 +378,7 @@ fn parse_target(target: &str) -> Result<(String, String), Response> {
         None => (rest, ""),
     };
     let raw_path = if raw_path.is_empty() { "/" } else { raw_path };
-    let decoded = super::gostd::unescape(raw_path, false).ok_or_else(bad)?;
+    let decoded = crate::gostd::unescape(raw_path, false).ok_or_else(bad)?;
     Ok((
         String::from_utf8_lossy(&decoded).into_owned(),
         raw_query.to_string(),

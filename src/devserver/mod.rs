@@ -13,7 +13,6 @@
 
 mod api;
 mod gojson;
-mod gostd;
 mod http;
 mod shared;
 mod store;

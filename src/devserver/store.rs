@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::gojson::J;
-use super::gostd::{strconv_quote, uuid_index_parse};
+use crate::gostd::{strconv_quote, uuid_index_parse};
 use base64::Engine as _;
 
 /// Consul's `structs.MaxLockDelay`.

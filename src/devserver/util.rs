@@ -62,5 +62,5 @@ pub fn uuid_v4() -> String {
     random_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    super::gostd::format_uuid(&b)
+    crate::gostd::format_uuid(&b)
 }

@@ -13,21 +13,6 @@ use crate::harness::*;
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn start_holder(server: &DevServer, key: &str, extra: &[&str], cmd: &str) -> std::process::Child {
-    let child = conlock(server)
-        .args(["run", "--key", key])
-        .args(extra)
-        .args(["--", "sh", "-c", cmd])
-        .spawn()
-        .unwrap();
-    let c = client(server);
-    assert!(
-        wait_for(LONG, || holder(&c, key).is_some()),
-        "holder never acquired {key}"
-    );
-    child
-}
-
 #[test]
 fn hang_stops_the_child_before_the_ttl_could_expire() {
     let server = start_server();
@@ -75,13 +60,7 @@ fn server_restart_loses_the_holder_and_a_waiter_reconnects() {
         .arg(format!("touch {}", b_ran.display()))
         .spawn()
         .unwrap();
-    let c = client(&server);
-    assert!(wait_for(LONG, || c
-        .session_list(QueryOptions::default())
-        .unwrap()
-        .0
-        .len()
-        == 2));
+    assert!(wait_sessions(&server, 2));
     server.shutdown();
     // Bring a fresh, empty server up on the same address.
     let mut restarted = None;
@@ -162,13 +141,7 @@ fn child_ignoring_sigterm_is_killed_after_grace_and_lock_released_after() {
         ))
         .spawn()
         .unwrap();
-    let c = client(&server);
-    assert!(wait_for(LONG, || c
-        .session_list(QueryOptions::default())
-        .unwrap()
-        .0
-        .len()
-        == 2));
+    assert!(wait_sessions(&server, 2));
     let t = Instant::now();
     signal(a.id(), libc::SIGTERM);
     assert_eq!(

@@ -188,3 +188,29 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Starts `conlock run --key KEY EXTRA -- sh -c CMD` and waits until it holds the key.
+pub fn start_holder(server: &DevServer, key: &str, extra: &[&str], cmd: &str) -> Child {
+    let child = conlock(server)
+        .args(["run", "--key", key])
+        .args(extra)
+        .args(["--", "sh", "-c", cmd])
+        .spawn()
+        .unwrap();
+    let c = client(server);
+    assert!(
+        wait_for(Duration::from_secs(60), || holder(&c, key).is_some()),
+        "holder never acquired {key}"
+    );
+    child
+}
+
+/// Waits (generously) until the server has exactly `n` sessions.
+pub fn wait_sessions(server: &DevServer, n: usize) -> bool {
+    let c = client(server);
+    wait_for(Duration::from_secs(60), || {
+        c.session_list(QueryOptions::default())
+            .map(|l| l.0.len() == n)
+            .unwrap_or(false)
+    })
+}

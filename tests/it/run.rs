@@ -150,27 +150,6 @@ fn foreign_flags_are_refused_and_left_alone() {
     assert_eq!(pair.flags, 0);
 }
 
-/// Starts a holder running `cmd` and waits until it holds `key`.
-fn start_holder(
-    server: &conlock::devserver::DevServer,
-    key: &str,
-    extra: &[&str],
-    cmd: &str,
-) -> std::process::Child {
-    let child = conlock(server)
-        .args(["run", "--key", key])
-        .args(extra)
-        .args(["--", "sh", "-c", cmd])
-        .spawn()
-        .unwrap();
-    let c = client(server);
-    assert!(
-        wait_for(LONG, || holder(&c, key).is_some()),
-        "holder never acquired {key}"
-    );
-    child
-}
-
 #[test]
 fn busy_with_timeouts() {
     let server = start_server();
@@ -309,12 +288,7 @@ fn handoff_after_lock_delay() {
         .unwrap();
     let c = client(&server);
     // Let B reach its blocking wait.
-    assert!(wait_for(LONG, || c
-        .session_list(QueryOptions::default())
-        .unwrap()
-        .0
-        .len()
-        == 2));
+    assert!(wait_sessions(&server, 2));
     let session = holder(&c, "handoff").unwrap();
     let destroyed = std::time::SystemTime::now();
     c.session_destroy(&session).unwrap();

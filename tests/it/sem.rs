@@ -167,12 +167,7 @@ fn dead_holder_is_pruned_for_a_waiter() {
         .spawn()
         .unwrap();
     // B waits while A holds.
-    assert!(wait_for(LONG, || client(&server)
-        .session_list(QueryOptions::default())
-        .unwrap()
-        .0
-        .len()
-        == 2));
+    assert!(wait_sessions(&server, 2));
     assert!(!started.exists());
     client(&server).session_destroy(&a_session).unwrap();
     assert!(wait_exit(&mut b, LONG).success());
