@@ -8,3 +8,4 @@ mod ops;
 mod prop;
 mod run;
 mod sem;
+mod wire;
