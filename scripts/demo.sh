@@ -26,9 +26,12 @@ wait "${pids[@]}"
 
 echo
 echo "== conlock run --timeout 0s: skip if busy (exit 75) =="
-"$bin" run --key demo/leader -- sleep 2 &
+"$bin" run --key demo/leader --session-name "demo holder" -- sleep 2 &
 holder=$!
 sleep 0.5
+echo "-- conlock status --key demo/leader:"
+"$bin" status --key demo/leader | sed 's/^/  /' || true
+echo "-- a second job with --timeout 0s:"
 set +e
 "$bin" run --key demo/leader --timeout 0s -- echo "never printed"
 echo "  exit code: $? (75 = busy)"

@@ -496,3 +496,18 @@ fn operator_release_counts_as_loss() {
     assert!(c.kv_put("forced", b"", put).unwrap());
     assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
 }
+
+#[test]
+fn signal_while_waiting_gives_up_cleanly() {
+    let server = start_server();
+    let mut h = start_holder(&server, "sigwait", &[], "sleep 60");
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let mut w = conlock(&server).args(["run", "--key", "sigwait", "--", "true"]).spawn().unwrap();
+        assert!(wait_sessions(&server, 2));
+        signal(w.id(), sig);
+        assert_eq!(wait_exit(&mut w, LONG).code(), Some(128 + sig));
+        assert!(wait_sessions(&server, 1), "the waiter's session was left behind");
+    }
+    signal(h.id(), libc::SIGTERM);
+    wait_exit(&mut h, LONG);
+}
