@@ -45,7 +45,7 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a stuck lock or semaphore slot by destroying the holder''s session')
             [CompletionResult]::new('dev-server', 'dev-server', [CompletionResultType]::ParameterValue, 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
-            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff)')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff) of conlock or of one subcommand')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -266,7 +266,7 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a stuck lock or semaphore slot by destroying the holder''s session')
             [CompletionResult]::new('dev-server', 'dev-server', [CompletionResultType]::ParameterValue, 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
-            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff)')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print the man page (roff) of conlock or of one subcommand')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }

@@ -42,7 +42,7 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand break 'Force-release a stuck lock or semaphore slot by destroying the holder''s session'
             cand dev-server 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
             cand completions 'Print a shell completion script'
-            cand man 'Print the man page (roff)'
+            cand man 'Print the man page (roff) of conlock or of one subcommand'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'conlock;run'= {
@@ -254,7 +254,7 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand break 'Force-release a stuck lock or semaphore slot by destroying the holder''s session'
             cand dev-server 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
             cand completions 'Print a shell completion script'
-            cand man 'Print the man page (roff)'
+            cand man 'Print the man page (roff) of conlock or of one subcommand'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'conlock;help;run'= {

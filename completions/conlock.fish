@@ -44,7 +44,7 @@ complete -c conlock -n "__fish_conlock_needs_command" -f -a "watch" -d 'Print a 
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
-complete -c conlock -n "__fish_conlock_needs_command" -f -a "man" -d 'Print the man page (roff)'
+complete -c conlock -n "__fish_conlock_needs_command" -f -a "man" -d 'Print the man page (roff) of conlock or of one subcommand'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l key -d 'The lock key' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l prefix -d 'Use the key PREFIX/.lock, as `consul lock PREFIX` does' -r
@@ -205,5 +205,5 @@ complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_see
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "completions" -d 'Print a shell completion script'
-complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "man" -d 'Print the man page (roff)'
+complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "man" -d 'Print the man page (roff) of conlock or of one subcommand'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

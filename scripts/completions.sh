@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates completions/ and docs/conlock.1 from the CLI, or checks they did not drift.
+# Generates completions/ and the man pages docs/*.1 from the CLI, or checks they did not drift.
 set -euo pipefail
 bin=$1
 mode=$2
@@ -11,11 +11,16 @@ trap 'rm -rf "$tmp"' EXIT
 "$bin" completions elvish >"$tmp/conlock.elv"
 "$bin" completions powershell >"$tmp/_conlock.ps1"
 "$bin" man >"$tmp/conlock.1"
+pages="conlock.1"
+for sub in run sem status watch break dev-server; do
+  "$bin" man "$sub" >"$tmp/conlock-$sub.1"
+  pages="$pages conlock-$sub.1"
+done
 if [ "$mode" = write ]; then
   mkdir -p completions docs
   cp "$tmp"/conlock.bash "$tmp"/_conlock "$tmp"/conlock.fish "$tmp"/conlock.elv "$tmp"/_conlock.ps1 completions/
-  cp "$tmp/conlock.1" docs/conlock.1
-  echo "completions/ and docs/conlock.1 regenerated"
+  for p in $pages; do cp "$tmp/$p" "docs/$p"; done
+  echo "completions/ and docs/*.1 regenerated"
   exit 0
 fi
 status=0
@@ -25,9 +30,11 @@ for f in conlock.bash _conlock conlock.fish conlock.elv _conlock.ps1; do
     status=1
   fi
 done
-if ! cmp -s "$tmp/conlock.1" docs/conlock.1; then
-  echo "docs/conlock.1 is out of date with the CLI: run 'make completions'" >&2
-  status=1
-fi
+for p in $pages; do
+  if ! cmp -s "$tmp/$p" "docs/$p"; then
+    echo "docs/$p is out of date with the CLI: run 'make completions'" >&2
+    status=1
+  fi
+done
 [ "$status" = 0 ] && echo "completions and man page match the CLI"
 exit "$status"

@@ -47,9 +47,17 @@ pub fn run(cli: Cli) -> Result<i32> {
             clap_complete::generate(shell, &mut cmd, "conlock", &mut std::io::stdout());
             Ok(0)
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd)
+        Command::Man { subcommand } => {
+            let top = <Cli as clap::CommandFactory>::command();
+            let page = match &subcommand {
+                None => top,
+                Some(name) => top
+                    .find_subcommand(name)
+                    .cloned()
+                    .ok_or_else(|| Error::Usage(format!("no subcommand {name:?}")))?
+                    .name(format!("conlock-{name}")),
+            };
+            clap_mangen::Man::new(page)
                 .render(&mut std::io::stdout())
                 .map_err(|e| Error::Other(e.into()))?;
             Ok(0)

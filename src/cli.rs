@@ -76,8 +76,11 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff)
-    Man,
+    /// Print the man page (roff) of conlock or of one subcommand
+    Man {
+        /// A subcommand, for its own page (conlock-run.1, …)
+        subcommand: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -10,10 +10,14 @@ fn main() {
     }
     let cli = match conlock::cli::Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            conlock::ui::error(usage_error_line(&e.render().to_string()));
+            std::process::exit(exit::INTERNAL);
+        }
         Err(e) => {
-            let code = if e.use_stderr() { exit::INTERNAL } else { 0 };
+            // --help and --version.
             let _ = e.print();
-            std::process::exit(code);
+            std::process::exit(0);
         }
     };
     let code = match conlock::app::run(cli) {
@@ -24,4 +28,16 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// clap's message without its usage block, folded onto one line.
+fn usage_error_line(rendered: &str) -> String {
+    let message = rendered.split("\n\nUsage:").next().unwrap_or(rendered);
+    let message = message
+        .split("\n\nFor more information")
+        .next()
+        .unwrap_or(message);
+    let message = message.trim().trim_start_matches("error:").trim();
+    let folded = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{folded} (see 'conlock --help')")
 }

@@ -353,6 +353,11 @@ fn usage_errors_make_no_request() {
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(!err.trim().is_empty(), "{args:?} printed no error");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: not one line: {err}"
+        );
     }
     let big = scratch("bigvalue").join("v");
     std::fs::write(&big, vec![b'x'; 512 * 1024 + 1]).unwrap();
@@ -502,11 +507,17 @@ fn signal_while_waiting_gives_up_cleanly() {
     let server = start_server();
     let mut h = start_holder(&server, "sigwait", &[], "sleep 60");
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        let mut w = conlock(&server).args(["run", "--key", "sigwait", "--", "true"]).spawn().unwrap();
+        let mut w = conlock(&server)
+            .args(["run", "--key", "sigwait", "--", "true"])
+            .spawn()
+            .unwrap();
         assert!(wait_sessions(&server, 2));
         signal(w.id(), sig);
         assert_eq!(wait_exit(&mut w, LONG).code(), Some(128 + sig));
-        assert!(wait_sessions(&server, 1), "the waiter's session was left behind");
+        assert!(
+            wait_sessions(&server, 1),
+            "the waiter's session was left behind"
+        );
     }
     signal(h.id(), libc::SIGTERM);
     wait_exit(&mut h, LONG);
