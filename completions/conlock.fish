@@ -55,7 +55,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session 
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r
@@ -84,7 +84,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r

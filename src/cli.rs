@@ -154,8 +154,8 @@ pub struct HoldArgs {
     /// Give up waiting after this long (0s: try once) and exit 75
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
-    /// Exit code when not acquired within --timeout
-    #[arg(long, value_name = "N", default_value_t = 75, value_parser = clap::value_parser!(u8).range(1..))]
+    /// Exit code when not acquired within --timeout (0 makes "busy" a success)
+    #[arg(long, value_name = "N", default_value_t = 75)]
     pub busy_exit_code: u8,
     /// Value stored in the key [default: JSON with host, pid, command, started]
     #[arg(long, value_name = "STR", conflicts_with = "value_file")]

@@ -187,6 +187,22 @@ fn busy_with_timeouts() {
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(3));
+    // Cron-friendly: "busy" can count as success.
+    let st = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "busy",
+            "--timeout",
+            "0s",
+            "--busy-exit-code",
+            "0",
+            "--",
+            "true",
+        ])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
     signal(h.id(), libc::SIGTERM);
     wait_exit(&mut h, LONG);
     // The waiters left no sessions behind.
