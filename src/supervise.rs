@@ -333,7 +333,7 @@ pub fn supervise(
             }
         }
     }
-    stop_leftovers(child, policy);
+    stop_leftovers(child, policy, kill_at);
     match lost {
         Some(reason) => Outcome::Lost(reason),
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
@@ -341,7 +341,8 @@ pub fn supervise(
 }
 
 /// Processes the child left behind in its group must not outlive the lock.
-fn stop_leftovers(child: &Child, policy: StopPolicy) {
+/// `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
+fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) {
     if !child.group_alive() {
         return;
     }
@@ -351,7 +352,14 @@ fn stop_leftovers(child: &Child, policy: StopPolicy) {
     ));
     child.signal_group(policy.kill_signal);
     child.signal_group(Signal::SIGCONT);
-    if wait_group_gone(child, policy.grace) {
+    // The grace period started with the loss or the forwarded INT/TERM, not when the
+    // direct child exited: restarting it here let leftovers outlive the loss by up to
+    // twice --kill-grace (past the lock-delay that --kill-grace is meant to stay under).
+    let mut grace_end = Instant::now() + policy.grace;
+    if let Some(k) = kill_at {
+        grace_end = grace_end.min(k);
+    }
+    if wait_group_gone(child, grace_end.saturating_duration_since(Instant::now())) {
         return;
     }
     child.signal_group(Signal::SIGKILL);
