@@ -164,6 +164,12 @@ impl Child {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
+        // A SIGCHLD ignored by whoever started us is inherited through exec; then the
+        // kernel reaps our children itself, the reaper's waitpid never reports the child,
+        // and we would hold the lock forever after it ended. The child keeps what it
+        // would have inherited.
+        let sigchld_ignored =
+            unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
         let mut cmd = Command::new(&program.path);
@@ -175,6 +181,9 @@ impl Child {
             cmd.pre_exec(move || {
                 // Only async-signal-safe calls here.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if sigchld_ignored {
+                    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                }
                 if libc::getppid() != parent {
                     libc::_exit(1);
                 }

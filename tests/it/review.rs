@@ -80,3 +80,37 @@ fn read_pid_file(path: &std::path::Path) -> i32 {
     );
     read(path).trim().parse().unwrap()
 }
+
+/// A parent that ignores SIGCHLD passes that on through exec. conlock must still see its
+/// child exit (with SIGCHLD ignored, the kernel reaps children itself and `waitpid`
+/// never reports them), or it holds the lock forever after the command has ended.
+#[test]
+fn inherited_ignored_sigchld_does_not_hide_the_child_exit() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let server = start_server();
+    let mut cmd = conlock(&server);
+    // The child still gets the disposition conlock was started with (no shell: dash
+    // resets SIGCHLD itself).
+    cmd.args(["run", "--key", "review-sigchld", "--"])
+        .args(["grep", "SigIgn", "/proc/self/status"])
+        .stdout(std::process::Stdio::piped());
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut h = KillOnDrop(cmd.spawn().unwrap());
+    assert_eq!(wait_exit(&mut h.0, Duration::from_secs(20)).code(), Some(0));
+    let mut out = String::new();
+    h.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let ign = u64::from_str_radix(out.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_ne!(
+        ign & (1 << (libc::SIGCHLD - 1)),
+        0,
+        "SIGCHLD no longer ignored in the child"
+    );
+    let c = client(&server);
+    assert_eq!(holder(&c, "review-sigchld"), None);
+}
