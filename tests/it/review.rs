@@ -12,8 +12,9 @@ const LONG: Duration = Duration::from_secs(60);
 fn slow_child_with_stubborn_leftover(dir: &std::path::Path, cleanup: &str) -> String {
     let d = dir.display();
     format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {d}/leftover; while :; do sleep 0.05; done' & \
-         trap 'sleep {cleanup}; exit 0' TERM; while :; do sleep 0.05; done"
+        "trap 'sleep {cleanup}; exit 0' TERM; \
+         sh -c 'trap \"\" TERM; echo $$ > {d}/leftover; while :; do sleep 0.05; done' & \
+         while :; do sleep 0.05; done"
     )
 }
 
