@@ -164,6 +164,12 @@ impl Child {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
+        // A SIGCHLD ignored by whoever started us is inherited through exec; then the
+        // kernel reaps our children itself, the reaper's waitpid never reports the child,
+        // and we would hold the lock forever after it ended. The child keeps what it
+        // would have inherited.
+        let sigchld_ignored =
+            unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
         let mut cmd = Command::new(&program.path);
@@ -175,6 +181,9 @@ impl Child {
             cmd.pre_exec(move || {
                 // Only async-signal-safe calls here.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if sigchld_ignored {
+                    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                }
                 if libc::getppid() != parent {
                     libc::_exit(1);
                 }
@@ -333,7 +342,7 @@ pub fn supervise(
             }
         }
     }
-    stop_leftovers(child, policy);
+    stop_leftovers(child, policy, kill_at);
     match lost {
         Some(reason) => Outcome::Lost(reason),
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
@@ -341,7 +350,8 @@ pub fn supervise(
 }
 
 /// Processes the child left behind in its group must not outlive the lock.
-fn stop_leftovers(child: &Child, policy: StopPolicy) {
+/// `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
+fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) {
     if !child.group_alive() {
         return;
     }
@@ -351,7 +361,14 @@ fn stop_leftovers(child: &Child, policy: StopPolicy) {
     ));
     child.signal_group(policy.kill_signal);
     child.signal_group(Signal::SIGCONT);
-    if wait_group_gone(child, policy.grace) {
+    // The grace period started with the loss or the forwarded INT/TERM, not when the
+    // direct child exited: restarting it here let leftovers outlive the loss by up to
+    // twice --kill-grace (past the lock-delay that --kill-grace is meant to stay under).
+    let mut grace_end = Instant::now() + policy.grace;
+    if let Some(k) = kill_at {
+        grace_end = grace_end.min(k);
+    }
+    if wait_group_gone(child, grace_end.saturating_duration_since(Instant::now())) {
         return;
     }
     child.signal_group(Signal::SIGKILL);

@@ -7,6 +7,7 @@ mod faults;
 mod harness;
 mod ops;
 mod prop;
+mod review;
 mod run;
 mod sem;
 mod wire;

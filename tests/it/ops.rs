@@ -126,13 +126,21 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
     assert_eq!(next()["event"], "free");
 
     // A holder comes and goes normally: acquired, released.
+    let started = dir.join("a-started");
     let mut a = conlock(&server)
-        .args(["run", "--key", "wk", "--", "sleep", "60"])
+        .args(["run", "--key", "wk", "--", "sh", "-c"])
+        .arg(format!("touch {}; exec sleep 60", started.display()))
         .spawn()
         .unwrap();
     let e = next();
     assert_eq!(e["event"], "acquired");
     let a_session = e["holder"]["session"].as_str().unwrap().to_string();
+    // Until the command runs, a SIGTERM means "give up waiting": the session is
+    // destroyed and the watch would report a loss instead of a release.
+    assert!(
+        wait_for(LONG, || started.exists()),
+        "A's command never started"
+    );
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
     let e = next();

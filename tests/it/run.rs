@@ -218,11 +218,18 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     let server = start_server();
     let dir = scratch("fwd");
     let mark = dir.join("got");
+    let ready = dir.join("ready");
     let cmd = format!(
-        "trap 'echo TERM > {}; exit 3' TERM; while :; do sleep 0.05; done",
-        mark.display()
+        "trap 'echo TERM > {}; exit 3' TERM; touch {}; while :; do sleep 0.05; done",
+        mark.display(),
+        ready.display()
     );
     let mut h = start_holder(&server, "fwd", &[], &cmd);
+    // The lock is held before the child has set its trap; a TERM before that kills it (143).
+    assert!(
+        wait_for(LONG, || ready.exists()),
+        "the child never got ready"
+    );
     signal(h.id(), libc::SIGTERM);
     let st = wait_exit(&mut h, LONG);
     assert_eq!(st.code(), Some(3), "exit status is the child's");
