@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
 use crate::error::{exit, Error, Result};
 use crate::guardian::{ClaimInfo, Guardian};
-use crate::session::{Session, SessionSpec};
+use crate::session::{Session, SessionRef, SessionSpec};
 use crate::supervise::{self, Child, Event, Outcome, Program, StopPolicy};
 use crate::ui;
 
@@ -77,9 +77,12 @@ pub trait Claim: Send + Sync + 'static {
     fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
 }
 
+/// Signals that end conlock while it waits, and start the grace period while it holds.
+const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
 enum Phase {
     /// Waiting for the claim: a terminating signal ends conlock at once.
-    Acquiring { client: Client, session_id: String },
+    Acquiring { client: Client, session: SessionRef },
     /// Signals go to the supervising loop.
     Holding(Sender<Event>),
 }
@@ -108,7 +111,7 @@ fn hold_guarded(
     )?;
     let phase = Arc::new(Mutex::new(Phase::Acquiring {
         client: client.clone(),
-        session_id: session.id(),
+        session: session.handle(),
     }));
     install_signal_thread(phase.clone())?;
 
@@ -132,6 +135,10 @@ fn hold_guarded(
             return Err(e);
         }
     };
+    let (tx, rx) = mpsc::channel();
+    // From here on, signals are queued for the supervising loop instead of ending conlock
+    // with a session destroy (which would impose the lock-delay on everyone else).
+    *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     let session_id = session.id();
     if let Some(g) = guardian {
         g.claim(claim.guardian_info());
@@ -153,11 +160,25 @@ fn hold_guarded(
         held.lock_index,
         held.modify_index
     ));
-
-    let (tx, rx) = mpsc::channel();
-    // From here on, signals are forwarded to the child instead of ending conlock.
-    *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     session.notify_lost(tx.clone());
+    // A stop request or a loss that came before the command started: do not start it.
+    let pending: Vec<Event> = rx.try_iter().collect();
+    let early_exit = pending.iter().find_map(|e| match e {
+        Event::Signal(sig) if TERMINATING.contains(sig) => Some(128 + sig),
+        Event::Lost(_) => Some(exit::LOST),
+        _ => None,
+    });
+    if let Some(code) = early_exit {
+        ui::verbose(format_args!(
+            "stopping before the command started (exit {code})"
+        ));
+        claim.release(client, &session_id);
+        session.destroy();
+        return Ok(code);
+    }
+    for e in pending {
+        let _ = tx.send(e);
+    }
     let mut env = vec![
         ("CONLOCK_SESSION".to_string(), session_id.clone()),
         (
@@ -193,15 +214,34 @@ fn hold_guarded(
             tx.clone(),
             stop_monitor.clone(),
         );
-        std::thread::Builder::new()
+        let lost = tx.clone();
+        if let Err(e) = std::thread::Builder::new()
             .name("monitor".into())
             .spawn(move || claim.monitor(client, sid, held, policy, tx, stop))
-            .map_err(|e| Error::Other(e.into()))?;
+        {
+            // Without a monitor the lock cannot be watched: stop as if it were lost.
+            let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
+        }
     }
 
-    let outcome = supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
+    let (outcome, group_gone) =
+        supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
     stop_monitor.store(true, Ordering::SeqCst);
+    let pgid = child.pid();
     child.finish();
+    if !group_gone {
+        // Releasing now would let a new holder start beside survivors. Stop renewing
+        // instead: the session expires by its TTL, then the lock-delay runs.
+        ui::error(format_args!(
+            "processes of group {pgid} survive SIGKILL (or may not be signalled); not releasing {}: session {session_id} expires by its TTL",
+            claim.describe()
+        ));
+        drop(session);
+        return Ok(match outcome {
+            Outcome::Exited(code) => code,
+            Outcome::Lost(_) => exit::LOST,
+        });
+    }
     // The whole process group is gone: now the claim may go.
     claim.release(client, &session_id);
     session.destroy();
@@ -236,13 +276,13 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                     Phase::Holding(tx) => {
                         let _ = tx.send(Event::Signal(sig));
                     }
-                    Phase::Acquiring { client, session_id } => {
+                    Phase::Acquiring { client, session } => {
                         if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig)
                         {
                             ui::clear_status();
                             ui::verbose(format_args!("signal {sig} while waiting; giving up"));
                             // Destroying the session also drops anything it may just have acquired.
-                            let _ = client.session_destroy(session_id);
+                            let _ = client.session_destroy(&session.id());
                             std::process::exit(128 + sig);
                         }
                     }

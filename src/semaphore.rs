@@ -250,7 +250,7 @@ impl Claim for Semaphore {
             let timed_out = index != 0 && meta.index == index;
             index = next_index(index, meta.index);
             let view = self.view(pairs)?;
-            let Some(&(my_created, _)) = view.contenders.get(&sid) else {
+            let Some(&(my_created, my_modified)) = view.contenders.get(&sid) else {
                 // Our contender key vanished (session invalidated, or an operator); start over.
                 if session.lost().is_none() {
                     self.create_contender(client, session)?;
@@ -260,10 +260,11 @@ impl Claim for Semaphore {
             };
             let free = (self.limit as usize).saturating_sub(view.state.holders.len());
             if view.state.holders.contains_key(&sid) {
-                // We are in already (a CAS answer got lost); take it.
+                // We are in (our CAS, and the touch of our key, went through). The fencing
+                // token is our own key's ModifyIndex: only we write it, so it is unique.
                 return Ok(Some(Held {
                     lock_index: 1,
-                    modify_index: view.lock.as_ref().map_or(0, |p| p.modify_index),
+                    modify_index: my_modified,
                 }));
             }
             // First come, first served: only the oldest `free` waiters write, so a freed
@@ -291,20 +292,20 @@ impl Claim for Semaphore {
                 let mut state = view.state.clone();
                 state.holders.insert(sid.clone(), true);
                 if self.write_lock(client, &view, &state)? {
-                    // Read back the ModifyIndex we produced: the fencing token.
-                    let (lock, _) = client.kv_get(&self.lock_key(), QueryOptions::default())?;
-                    let modify_index = lock.map_or(0, |p| p.modify_index);
-                    // Touch our contender key: that wakes the waiter behind us.
+                    // Touch our key: that wakes the waiter behind us, and it fails if our
+                    // session died meanwhile (then the slot we wrote is pruned by others).
                     let put = PutOptions {
                         flags: SEMAPHORE_FLAGS,
                         acquire: Some(&sid),
                         ..Default::default()
                     };
-                    let _ = client.kv_put(&self.contender_key(&sid), &self.value, put);
-                    return Ok(Some(Held {
-                        lock_index: 1,
-                        modify_index,
-                    }));
+                    if let Err(e) = client.kv_put(&self.contender_key(&sid), &self.value, put) {
+                        ui::verbose(format_args!("after taking a slot: {e}; checking again"));
+                    }
+                    // The next read confirms the slot (and gives the token) or starts over.
+                    index = 0;
+                    wait_for = WATCH_WAIT;
+                    continue;
                 }
                 // Lost a CAS race: read again at once.
                 index = 0;

@@ -33,6 +33,21 @@ impl SessionSpec {
     }
 }
 
+/// See `Session::handle`.
+#[derive(Clone)]
+pub struct SessionRef(Arc<Shared>);
+
+impl SessionRef {
+    pub fn id(&self) -> String {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id
+            .clone()
+    }
+}
+
 pub struct Session {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -105,6 +120,11 @@ impl Session {
         self.state().id.clone()
     }
 
+    /// A cheap handle that always reads the current session ID (it changes on `recreate`).
+    pub fn handle(&self) -> SessionRef {
+        SessionRef(self.shared.clone())
+    }
+
     pub fn spec(&self) -> &SessionSpec {
         &self.shared.spec
     }
@@ -140,14 +160,23 @@ impl Session {
             )
         };
         if stale {
-            let sent = Instant::now();
-            match self
-                .shared
-                .client
-                .session_renew(&id, self.shared.client.request_timeout)?
-            {
-                Some(_) => self.state().confirmed_at = sent,
-                None => return Ok(false),
+            // A passing error must not cost the lock just acquired: retry briefly.
+            let mut tries = 0;
+            loop {
+                let sent = Instant::now();
+                let timeout = self.shared.client.request_timeout;
+                match self.shared.client.session_renew(&id, timeout) {
+                    Ok(Some(_)) => {
+                        self.state().confirmed_at = sent;
+                        break;
+                    }
+                    Ok(None) => return Ok(false),
+                    Err(e) if e.is_retryable() && tries < 3 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         self.state().paused = false;

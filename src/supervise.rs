@@ -244,9 +244,13 @@ impl Child {
         }
     }
 
-    /// True while any process of the group is alive.
+    /// True while any process of the group is alive. EPERM means a member exists that
+    /// we may not signal (a setuid program, say): alive too.
     pub fn group_alive(&self) -> bool {
-        kill(Pid::from_raw(-self.pid.as_raw()), None).is_ok()
+        !matches!(
+            kill(Pid::from_raw(-self.pid.as_raw()), None),
+            Err(Errno::ESRCH)
+        )
     }
 
     /// Takes the terminal back.
@@ -274,13 +278,14 @@ pub enum Outcome {
 }
 
 /// Waits for the child while watching `events` and the session deadline; returns once the
-/// whole process group is gone.
+/// whole process group is gone, or with `false` if part of it survives even SIGKILL (the
+/// lock must then not be released).
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
     session_deadline: &dyn Fn() -> Instant,
     policy: StopPolicy,
-) -> Outcome {
+) -> (Outcome, bool) {
     let mut lost: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let mut status: Option<i32> = None;
@@ -342,18 +347,20 @@ pub fn supervise(
             }
         }
     }
-    stop_leftovers(child, policy, kill_at);
-    match lost {
+    let group_gone = stop_leftovers(child, policy, kill_at);
+    let outcome = match lost {
         Some(reason) => Outcome::Lost(reason),
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
-    }
+    };
+    (outcome, group_gone)
 }
 
 /// Processes the child left behind in its group must not outlive the lock.
 /// `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
-fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) {
+/// False if part of the group survives SIGKILL.
+fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) -> bool {
     if !child.group_alive() {
-        return;
+        return true;
     }
     ui::verbose(format_args!(
         "processes remain in group {}; stopping them",
@@ -369,12 +376,10 @@ fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) {
         grace_end = grace_end.min(k);
     }
     if wait_group_gone(child, grace_end.saturating_duration_since(Instant::now())) {
-        return;
+        return true;
     }
     child.signal_group(Signal::SIGKILL);
-    if !wait_group_gone(child, Duration::from_secs(10)) {
-        ui::warn(format_args!("process group {} survived SIGKILL", child.pid));
-    }
+    wait_group_gone(child, Duration::from_secs(10))
 }
 
 fn wait_group_gone(child: &Child, within: Duration) -> bool {

@@ -189,20 +189,33 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Starts `conlock run --key KEY EXTRA -- sh -c CMD` and waits until it holds the key.
+/// Starts `conlock run --key KEY EXTRA -- sh -c CMD` and waits until CMD runs. (Waiting
+/// only for the key to show a holder is not enough before invalidating it: conlock has
+/// not finished acquiring until it read the key back, and a session lost before that is
+/// just replaced.)
 pub fn start_holder(server: &DevServer, key: &str, extra: &[&str], cmd: &str) -> Child {
+    let marker = scratch("holder").join("running");
     let child = conlock(server)
         .args(["run", "--key", key])
         .args(extra)
-        .args(["--", "sh", "-c", cmd])
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; {cmd}", marker.display()))
         .spawn()
         .unwrap();
-    let c = client(server);
     assert!(
-        wait_for(Duration::from_secs(60), || holder(&c, key).is_some()),
-        "holder never acquired {key}"
+        wait_for(Duration::from_secs(60), || marker.exists()),
+        "holder of {key} never started its command"
     );
     child
+}
+
+/// `sh -c` arguments for a command that first creates `marker`, then runs `cmd`.
+pub fn marked(marker: &Path, cmd: &str) -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!("touch {}; {cmd}", marker.display()),
+    ]
 }
 
 /// Waits (generously) until the server has exactly `n` sessions.

@@ -150,22 +150,19 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
     );
 
     // A holder whose session is destroyed: acquired, lost.
+    let b_started = dir.join("b-started");
     let mut b = conlock(&server)
-        .args([
-            "run",
-            "--key",
-            "wk",
-            "--lock-delay",
-            "0s",
-            "--",
-            "sleep",
-            "60",
-        ])
+        .args(["run", "--key", "wk", "--lock-delay", "0s", "--"])
+        .args(marked(&b_started, "exec sleep 60"))
         .spawn()
         .unwrap();
     let e = next();
     assert_eq!(e["event"], "acquired");
     let b_session = e["holder"]["session"].as_str().unwrap().to_string();
+    assert!(
+        wait_for(LONG, || b_started.exists()),
+        "B's command never started"
+    );
     client(&server).session_destroy(&b_session).unwrap();
     let e = next();
     assert_eq!(
@@ -194,21 +191,14 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
 #[test]
 fn break_frees_a_lock_held_by_another_conlock() {
     let server = start_server();
+    let running = scratch("brk").join("running");
     let mut h = conlock(&server)
-        .args([
-            "run",
-            "--prefix",
-            "brk",
-            "--lock-delay",
-            "1s",
-            "--",
-            "sleep",
-            "60",
-        ])
+        .args(["run", "--prefix", "brk", "--lock-delay", "1s", "--"])
+        .args(marked(&running, "exec sleep 60"))
         .spawn()
         .unwrap();
     let c = client(&server);
-    assert!(wait_for(LONG, || holder(&c, "brk/.lock").is_some()));
+    assert!(wait_for(LONG, || running.exists()));
 
     // Without --yes on a non-terminal: refused, nothing changes.
     let out = conlock(&server)
@@ -244,16 +234,18 @@ fn break_frees_a_lock_held_by_another_conlock() {
 #[test]
 fn break_removes_one_semaphore_holder() {
     let server = start_server();
+    let dir = scratch("bsem");
     let mut kids: Vec<_> = (0..2)
-        .map(|_| {
+        .map(|i| {
             conlock(&server)
-                .args([
-                    "sem", "--limit", "2", "--prefix", "bsem", "--", "sleep", "60",
-                ])
+                .args(["sem", "--limit", "2", "--prefix", "bsem", "--"])
+                .args(marked(&dir.join(format!("running{i}")), "exec sleep 60"))
                 .spawn()
                 .unwrap()
         })
         .collect();
+    assert!(wait_for(LONG, || (0..2)
+        .all(|i| dir.join(format!("running{i}")).exists())));
     let holders = || -> Vec<String> {
         let out = conlock(&server)
             .args(["status", "--prefix", "bsem", "--json"])

@@ -144,6 +144,7 @@ fn dead_holder_is_pruned_for_a_waiter() {
     let server = start_server();
     let dir = scratch("prune");
     let started = dir.join("b");
+    let a_running = dir.join("a");
     let mut a = conlock(&server)
         .args([
             "sem",
@@ -154,11 +155,11 @@ fn dead_holder_is_pruned_for_a_waiter() {
             "--lock-delay",
             "0s",
             "--",
-            "sleep",
-            "60",
         ])
+        .args(marked(&a_running, "exec sleep 60"))
         .spawn()
         .unwrap();
+    assert!(wait_for(LONG, || a_running.exists()));
     assert!(wait_for(LONG, || holders(&server, "prune").len() == 1));
     let a_session = holders(&server, "prune")[0].clone();
     let mut b = conlock(&server)
@@ -268,12 +269,13 @@ fn full_slots_with_timeout_zero_is_busy() {
 #[test]
 fn operator_removing_our_holder_entry_stops_the_child() {
     let server = start_server();
+    let running = scratch("oper").join("running");
     let mut a = conlock(&server)
-        .args([
-            "sem", "--limit", "2", "--prefix", "oper", "--", "sleep", "60",
-        ])
+        .args(["sem", "--limit", "2", "--prefix", "oper", "--"])
+        .args(marked(&running, "exec sleep 60"))
         .spawn()
         .unwrap();
+    assert!(wait_for(LONG, || running.exists()));
     assert!(wait_for(LONG, || holders(&server, "oper").len() == 1));
     let c = client(&server);
     let lock = c
