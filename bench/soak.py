@@ -76,7 +76,7 @@ def main():
     procs_lock = threading.Lock()
     running = []  # (Popen, target)
     last_seen = {}  # job pid -> last time seen alive
-    started = {"jobs": 0}
+    started = {"jobs": 0, "sigkills": 0, "session_destroys": 0}
 
     def job_cmd(kind, name):
         body = f'echo "S {name} $$ $EPOCHREALTIME" >> {log}; trap \'echo "E {name} $$ $EPOCHREALTIME" >> {log}; exit 0\' TERM; sleep 0.$((RANDOM % 20 + 5)) & wait $!; echo "E {name} $$ $EPOCHREALTIME" >> {log}'
@@ -111,11 +111,13 @@ def main():
                     victims = list(running)
                 if victims:
                     rnd.choice(victims).kill()
+                    started["sigkills"] += 1
             else:
                 try:
                     sessions = call(addr, "GET", "/v1/session/list") or []
                     if sessions:
                         call(addr, "PUT", f"/v1/session/destroy/{rnd.choice(sessions)['ID']}")
+                        started["session_destroys"] += 1
                 except Exception:
                     pass
 
@@ -147,7 +149,15 @@ def main():
             p = line.split()
             if len(p) == 4:
                 (starts if p[0] == "S" else ends)[(p[1], int(p[2]))] = float(p[3].replace(",", "."))
-    report = {"seed": a.seed, "seconds": a.seconds, "jobs_started": started["jobs"], "jobs_run": len(starts), "per_target": {}}
+    report = {
+        "seed": a.seed,
+        "seconds": a.seconds,
+        "jobs_started": started["jobs"],
+        "jobs_run": len(starts),
+        "conlock_sigkills": started["sigkills"],
+        "session_destroys": started["session_destroys"],
+        "per_target": {},
+    }
     ok = True
     for kind, name in targets:
         iv = []
