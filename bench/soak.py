@@ -33,22 +33,17 @@ def call(addr, method, path):
     return json.loads(data) if data else None
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def job_pids():
+def job_ids():
+    """The unique ids of the job processes alive now (ids, not pids: pids get reused
+    over thousands of processes)."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
-                    if MARK.encode() in f.read():
-                        out.append(int(d))
+                    for arg in f.read().split(b"\0"):
+                        if arg.startswith(MARK.encode() + b":"):
+                            out.append(arg.decode().split(":", 1)[1])
             except OSError:
                 pass
     return out
@@ -75,12 +70,18 @@ def main():
     stop = threading.Event()
     procs_lock = threading.Lock()
     running = []  # (Popen, target)
-    last_seen = {}  # job pid -> last time seen alive
+    last_seen = {}  # job id -> last time seen alive
     started = {"jobs": 0, "sigkills": 0, "session_destroys": 0}
 
+    counter = iter(range(10**9))
+    counter_lock = threading.Lock()
+
     def job_cmd(kind, name):
-        body = f'echo "S {name} $$ $EPOCHREALTIME" >> {log}; trap \'echo "E {name} $$ $EPOCHREALTIME" >> {log}; exit 0\' TERM; sleep 0.$((RANDOM % 20 + 5)) & wait $!; echo "E {name} $$ $EPOCHREALTIME" >> {log}'
-        cmd = ["bash", "-c", body, MARK]
+        with counter_lock:
+            jid = f"{name}#{next(counter)}"
+        body = f'echo "S {name} {jid} $EPOCHREALTIME" >> {log}; trap \'echo "E {name} {jid} $EPOCHREALTIME" >> {log}; exit 0\' TERM; sleep 0.$((RANDOM % 20 + 5)) & wait $!; echo "E {name} {jid} $EPOCHREALTIME" >> {log}'
+        # bash -c BODY NAME: the job's id stands in its argv ($0), for the liveness poller.
+        cmd = ["bash", "-c", body, f"{MARK}:{jid}"]
         common = ["--ttl", "10s", "--lock-delay", "1s", "--kill-grace", "500ms", "-q"]
         if kind == "lock":
             return [binary, "run", "--key", name, *common, "--", *cmd]
@@ -97,10 +98,10 @@ def main():
                 running.remove(p)
 
     def poller():
-        while not stop.is_set() or job_pids():
+        while not stop.is_set() or job_ids():
             t = time.time()
-            for pid in job_pids():
-                last_seen[pid] = t
+            for jid in job_ids():
+                last_seen[jid] = t
             time.sleep(0.002)
 
     def chaos():
@@ -132,9 +133,9 @@ def main():
         t.join()
     # Every conlock has exited; give guardians a moment, then look for leftovers.
     deadline = time.time() + 30
-    while time.time() < deadline and (job_pids() or call(addr, "GET", "/v1/session/list")):
+    while time.time() < deadline and (job_ids() or call(addr, "GET", "/v1/session/list")):
         time.sleep(0.1)
-    orphans = job_pids()
+    orphans = job_ids()
     sessions = call(addr, "GET", "/v1/session/list") or []
     try:
         keys = call(addr, "GET", "/v1/kv/soak?keys") or []
@@ -148,7 +149,7 @@ def main():
         for line in f:
             p = line.split()
             if len(p) == 4:
-                (starts if p[0] == "S" else ends)[(p[1], int(p[2]))] = float(p[3].replace(",", "."))
+                (starts if p[0] == "S" else ends)[(p[1], p[2])] = float(p[3].replace(",", "."))
     report = {
         "seed": a.seed,
         "seconds": a.seconds,
@@ -161,9 +162,9 @@ def main():
     ok = True
     for kind, name in targets:
         iv = []
-        for (n, pid), s in starts.items():
+        for (n, jid), s in starts.items():
             if n == name:
-                iv.append((s, ends.get((n, pid), last_seen.get(pid, s))))
+                iv.append((s, ends.get((n, jid), last_seen.get(jid, s))))
         ev = sorted([(s, 1) for s, _ in iv] + [(e, -1) for _, e in iv])
         cur = peak = 0
         for _, d in ev:
