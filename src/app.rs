@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, RunArgs};
 use crate::consul::{Client, ConnConfig, ConnFlags};
 use crate::error::{Error, Result};
-use crate::holder::{self, HoldSpec, MonitorPolicy};
+use crate::holder::{self, HoldSpec, HolderValue, MonitorPolicy};
 use crate::lock::Lock;
 use crate::session::SessionSpec;
 use crate::supervise::{self, StopPolicy};
@@ -85,7 +85,7 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
 pub struct Prepared {
     pub client: Client,
     pub spec: HoldSpec,
-    pub value: Vec<u8>,
+    pub value: HolderValue,
 }
 
 /// Validates the shared options and builds the client; makes no request.
@@ -101,22 +101,19 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     let program = supervise::resolve(&hold.command, hold.shell)?;
     let host = hostname();
     let value = match (&hold.value, &hold.value_file) {
-        (Some(v), _) => v.clone().into_bytes(),
-        (None, Some(path)) => std::fs::read(path).map_err(|e| {
+        (Some(v), _) => HolderValue::Given(v.clone().into_bytes()),
+        (None, Some(path)) => HolderValue::Given(std::fs::read(path).map_err(|e| {
             Error::Usage(format!("cannot read --value-file {}: {e}", path.display()))
-        })?,
-        (None, None) => serde_json::to_vec(&serde_json::json!({
-            "host": host,
-            "pid": std::process::id(),
-            "command": program.display,
-            "started": ui::timestamp(std::time::SystemTime::now()),
-        }))
-        .expect("json value"),
+        })?),
+        (None, None) => HolderValue::Default {
+            host: host.clone(),
+            command: program.display.clone(),
+        },
     };
-    if value.len() > MAX_VALUE_BYTES {
+    let size = value.bytes().len();
+    if size > MAX_VALUE_BYTES {
         return Err(Error::Usage(format!(
-            "the value is {} bytes; Consul's limit is {MAX_VALUE_BYTES} bytes (512 KiB)",
-            value.len()
+            "the value is {size} bytes; Consul's limit is {MAX_VALUE_BYTES} bytes (512 KiB)"
         )));
     }
     if hold.kill_grace >= hold.lock_delay {

@@ -16,6 +16,13 @@ Exit codes:
   126      the command is not executable
   127      the command was not found";
 
+const TOP_EXAMPLES: &str = "\
+Examples:
+  conlock run --key service/x/leader -- ./job      # one holder at a time
+  conlock sem --limit 2 --prefix db -- ./worker    # at most 2 at once
+  conlock status --prefix service/x                # who holds it
+  conlock dev-server                               # a local Consul-compatible server for trying it";
+
 const RUN_EXAMPLES: &str = "\
 Examples:
   conlock run --key service/x/leader -- ./job
@@ -34,7 +41,7 @@ Examples:
     about = "Run a command while holding a Consul lock or semaphore slot",
     long_about = "Run a command while holding a Consul lock (leader election) or one of N semaphore \
 slots. Wire-compatible with `consul lock`: both exclude each other on the same prefix.",
-    after_help = EXIT_CODES,
+    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}"),
     propagate_version = true
 )]
 pub struct Cli {

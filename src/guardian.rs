@@ -150,11 +150,14 @@ pub fn main() -> i32 {
     };
     if let Some(c) = claim {
         let claim: Box<dyn Claim> = match c {
-            ClaimInfo::Lock { key } => Box::new(crate::lock::Lock::new(key, Vec::new())),
+            ClaimInfo::Lock { key } => Box::new(crate::lock::Lock::new(
+                key,
+                crate::holder::HolderValue::Given(Vec::new()),
+            )),
             ClaimInfo::Semaphore { prefix, limit } => Box::new(crate::semaphore::Semaphore {
                 prefix,
                 limit,
-                value: Vec::new(),
+                value: crate::holder::HolderValue::Given(Vec::new()),
             }),
         };
         ui::set_level(ui::Level::Quiet);

@@ -34,6 +34,31 @@ pub struct HoldSpec {
     pub monitor: MonitorPolicy,
 }
 
+/// The value a holder stores in its key.
+#[derive(Debug, Clone)]
+pub enum HolderValue {
+    /// `--value` or `--value-file`, stored as given.
+    Given(Vec<u8>),
+    /// conlock's default JSON; `started` is stamped at each write, so the successful one
+    /// says when holding began.
+    Default { host: String, command: String },
+}
+
+impl HolderValue {
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            HolderValue::Given(v) => v.clone(),
+            HolderValue::Default { host, command } => serde_json::to_vec(&serde_json::json!({
+                "host": host,
+                "pid": std::process::id(),
+                "command": command,
+                "started": ui::timestamp(std::time::SystemTime::now()),
+            }))
+            .expect("json value"),
+        }
+    }
+}
+
 /// What a claim learned when it was acquired.
 #[derive(Debug, Clone)]
 pub struct Held {
@@ -81,6 +106,8 @@ pub trait Claim: Send + Sync + 'static {
 const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 enum Phase {
+    /// No session yet: a terminating signal ends conlock (the guardian tidies up).
+    Starting,
     /// Waiting for the claim: a terminating signal ends conlock at once.
     Acquiring { client: Client, session: SessionRef },
     /// Signals go to the supervising loop.
@@ -103,17 +130,19 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
+    // Handlers first, so no signal finds the default action once we own anything.
+    let phase = Arc::new(Mutex::new(Phase::Starting));
+    install_signal_thread(phase.clone())?;
     let session = Session::create(
         client,
         spec.session.clone(),
         guardian.cloned(),
         claim.renew_while_waiting(),
     )?;
-    let phase = Arc::new(Mutex::new(Phase::Acquiring {
+    *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Acquiring {
         client: client.clone(),
         session: session.handle(),
-    }));
-    install_signal_thread(phase.clone())?;
+    };
 
     let wait = WaitDisplay::start(claim.describe());
     let deadline = spec.timeout.map(|t| Instant::now() + t);
@@ -275,6 +304,11 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                 match &*guard {
                     Phase::Holding(tx) => {
                         let _ = tx.send(Event::Signal(sig));
+                    }
+                    Phase::Starting => {
+                        if TERMINATING.contains(&sig) {
+                            std::process::exit(128 + sig);
+                        }
                     }
                     Phase::Acquiring { client, session } => {
                         if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig)

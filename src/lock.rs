@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, LOCK_FLAGS};
 use crate::error::{Error, Result};
 use crate::guardian::ClaimInfo;
-use crate::holder::{self, Claim, Held, MonitorPolicy, WaitDisplay, WATCH_WAIT};
+use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
 use crate::session::Session;
 use crate::supervise::Event;
 use crate::ui;
@@ -21,14 +21,14 @@ const DELAY_RETRY_MAX: Duration = Duration::from_millis(40);
 
 pub struct Lock {
     pub key: String,
-    pub value: Vec<u8>,
+    pub value: HolderValue,
     /// The key's ModifyIndex when we last saw ourselves holding it (0: unknown). Lets
     /// `release` free and remove the key with one check-and-set delete.
     held_at: AtomicU64,
 }
 
 impl Lock {
-    pub fn new(key: String, value: Vec<u8>) -> Lock {
+    pub fn new(key: String, value: HolderValue) -> Lock {
         Lock {
             key,
             value,
@@ -122,7 +122,7 @@ impl Claim for Lock {
                 acquire: Some(&session_id),
                 ..Default::default()
             };
-            match client.kv_put(&self.key, &self.value, put) {
+            match client.kv_put(&self.key, &self.value.bytes(), put) {
                 Ok(true) => {
                     if let Some(h) = self.read_held(client, &session_id)? {
                         return Ok(Some(h));

@@ -15,7 +15,7 @@ use crate::cli::{ConnArgs, SemArgs};
 use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS};
 use crate::error::{Error, Result};
 use crate::guardian::ClaimInfo;
-use crate::holder::{self, Claim, Held, MonitorPolicy, WaitDisplay, WATCH_WAIT};
+use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
 use crate::session::Session;
 use crate::supervise::Event;
 use crate::ui;
@@ -39,7 +39,7 @@ pub fn run(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
 pub struct Semaphore {
     pub prefix: String,
     pub limit: u32,
-    pub value: Vec<u8>,
+    pub value: HolderValue,
 }
 
 /// The decoded `.lock` value.
@@ -190,7 +190,7 @@ impl Semaphore {
                 acquire: Some(&sid),
                 ..Default::default()
             };
-            match client.kv_put(&self.contender_key(&sid), &self.value, put) {
+            match client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
                     return Err(Error::Conflict(format!(
@@ -299,7 +299,9 @@ impl Claim for Semaphore {
                         acquire: Some(&sid),
                         ..Default::default()
                     };
-                    if let Err(e) = client.kv_put(&self.contender_key(&sid), &self.value, put) {
+                    if let Err(e) =
+                        client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put)
+                    {
                         ui::verbose(format_args!("after taking a slot: {e}; checking again"));
                     }
                     // The next read confirms the slot (and gives the token) or starts over.
@@ -387,6 +389,9 @@ impl Claim for Semaphore {
 
     fn release(&self, client: &Client, session_id: &str) {
         let lock_key = self.lock_key();
+        // Our key goes first (our process group is gone already): holders leaving at the
+        // same time then see each other gone, and the last one out removes `.lock`.
+        let _ = client.kv_delete(&self.contender_key(session_id), None, false);
         // Remove ourselves (and holders already dead) by CAS; the last one out deletes
         // `.lock`, also by CAS, so a newcomer that just joined keeps it.
         for _ in 0..100 {
@@ -431,7 +436,6 @@ impl Claim for Semaphore {
                 }
             }
         }
-        let _ = client.kv_delete(&self.contender_key(session_id), None, false);
     }
 
     fn guardian_info(&self) -> ClaimInfo {

@@ -77,7 +77,7 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
                 let sem = Semaphore {
                     prefix: prefix.clone(),
                     limit: limit.unwrap_or(0),
-                    value: Vec::new(),
+                    value: crate::holder::HolderValue::Given(Vec::new()),
                 };
                 sem.release(&client, &h.session);
                 println!(

@@ -71,7 +71,7 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
     let mut out = String::new();
     for (k, v) in rows {
         if v.contains('\n') {
-            out.push_str(&format!("{:<width$} \n", format!("{k}:")));
+            out.push_str(&format!("{k}:\n"));
             for line in v.lines() {
                 out.push_str(&format!("    {line}\n"));
             }

@@ -291,3 +291,31 @@ fn break_removes_one_semaphore_holder() {
         }
     }
 }
+
+#[test]
+fn held_since_is_when_holding_began_not_when_waiting_began() {
+    let server = start_server();
+    let mut a = start_holder(&server, "since", &[], "exec sleep 60");
+    let running = scratch("since").join("b");
+    let mut b = conlock(&server)
+        .args(["run", "--key", "since", "--"])
+        .args(marked(&running, "exec sleep 60"))
+        .spawn()
+        .unwrap();
+    assert!(wait_sessions(&server, 2));
+    let before_handoff = conlock::ui::timestamp(std::time::SystemTime::now());
+    signal(a.id(), libc::SIGTERM);
+    wait_exit(&mut a, LONG);
+    assert!(wait_for(LONG, || running.exists()));
+    let (code, json) = status(&server, &["--key", "since", "--json"]);
+    assert_eq!(code, Some(0));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let since = j["holder"]["held_since"].as_str().unwrap().to_string();
+    // Same RFC 3339 UTC format: the strings order like the times.
+    assert!(
+        since >= before_handoff,
+        "held since {since}, but the handoff began at {before_handoff}"
+    );
+    signal(b.id(), libc::SIGTERM);
+    wait_exit(&mut b, LONG);
+}
