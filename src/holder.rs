@@ -410,37 +410,6 @@ pub fn deadline_passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
-/// Describes a holder from its stored value and session, for the waiting line.
-pub fn describe_holder(client: &Client, session_id: &str, value: &[u8]) -> String {
-    let from_value = serde_json::from_slice::<serde_json::Value>(value)
-        .ok()
-        .and_then(|v| {
-            let host = v.get("host")?.as_str()?.to_string();
-            let pid = v
-                .get("pid")
-                .map(|p| format!(" pid {p}"))
-                .unwrap_or_default();
-            Some(format!("{host}{pid}"))
-        });
-    let from_value = from_value.or_else(|| {
-        let text = String::from_utf8_lossy(value);
-        let t = text.trim();
-        (!t.is_empty()).then(|| t.chars().take(40).collect())
-    });
-    let name = client
-        .session_info(session_id, Default::default())
-        .ok()
-        .and_then(|(s, _)| s)
-        .map(|s| s.name)
-        .filter(|n| !n.is_empty());
-    match (from_value, name) {
-        (Some(v), Some(n)) => format!("{v} (session \"{n}\")"),
-        (Some(v), None) => v,
-        (None, Some(n)) => format!("session \"{n}\""),
-        (None, None) => format!("session {session_id}"),
-    }
-}
-
 /// Is this error Consul saying our session does not exist (any more)?
 pub fn is_invalid_session(e: &ConsulError) -> bool {
     match e {

@@ -107,7 +107,7 @@ impl Claim for Lock {
                         return self.read_held(client, &session_id);
                     }
                     if last_holder.as_deref() != Some(h) {
-                        wait.holder(Some(holder::describe_holder(client, h, p.value_bytes())));
+                        wait.holder(Some(crate::ops::holder(client, p, h).describe()));
                         last_holder = Some(h.to_string());
                     }
                     delay_retry = DELAY_RETRY_MIN;

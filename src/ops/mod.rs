@@ -51,7 +51,6 @@ pub enum Snapshot {
         holder: Option<Holder>,
         lock_index: u64,
         modify_index: u64,
-        exists: bool,
     },
     Semaphore {
         prefix: String,
@@ -137,18 +136,27 @@ impl Holder {
         })
     }
 
-    /// `host pid 12 (session "name")`, for one-line messages.
+    /// `host pid 12 (session "name")`, for one-line messages. A value that is not
+    /// conlock's JSON stands in for the host, shortened.
     pub fn describe(&self) -> String {
-        let host = self.value.get("host").and_then(Value::as_str);
-        let pid = self
-            .value
-            .get("pid")
-            .map(|p| format!(" pid {p}"))
-            .unwrap_or_default();
+        let who = match (&self.value, self.value.get("host").and_then(Value::as_str)) {
+            (_, Some(h)) => {
+                let pid = self
+                    .value
+                    .get("pid")
+                    .map(|p| format!(" pid {p}"))
+                    .unwrap_or_default();
+                Some(format!("{h}{pid}"))
+            }
+            (Value::String(s), None) if !s.trim().is_empty() => {
+                Some(s.trim().chars().take(40).collect())
+            }
+            _ => None,
+        };
         let name = self.name.as_deref().filter(|n| !n.is_empty());
-        match (host, name) {
-            (Some(h), Some(n)) => format!("{h}{pid} (session \"{n}\")"),
-            (Some(h), None) => format!("{h}{pid} (session {})", self.session),
+        match (who, name) {
+            (Some(w), Some(n)) => format!("{w} (session \"{n}\")"),
+            (Some(w), None) => format!("{w} (session {})", self.session),
             (None, Some(n)) => format!("session \"{n}\""),
             (None, None) => format!("session {}", self.session),
         }
@@ -163,7 +171,8 @@ fn decode_value(bytes: &[u8]) -> Value {
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
+/// Reads the holder `session` of `pair`, with its session's details.
+pub fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
     let info = client
         .session_info(session, QueryOptions::default())
         .ok()
@@ -201,7 +210,6 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
         holder: pair.and_then(|p| p.holder().map(|s| holder(client, p, s))),
         lock_index: pair.map_or(0, |p| p.lock_index),
         modify_index: pair.map_or(0, |p| p.modify_index),
-        exists: pair.is_some(),
     })
 }
 

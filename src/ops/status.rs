@@ -176,7 +176,6 @@ mod tests {
             holder: Some(holder()),
             lock_index: 1,
             modify_index: 42,
-            exists: true,
         };
         let now = parse_utc("2026-11-21T13:47:26Z").unwrap() + Duration::from_millis(500);
         let text = render(&snap, now);
@@ -185,6 +184,20 @@ mod tests {
         assert!(text.contains("(2m0s ago)"), "{text}");
         assert!(text.contains("lock-delay 15s"), "{text}");
         assert!(text.contains("\"pid\": 7"), "{text}");
+    }
+
+    #[test]
+    fn holder_descriptions() {
+        let mut h = holder();
+        assert_eq!(h.describe(), "h pid 7 (session \"conlock: job on h\")");
+        h.value = json!("consul-lock-holder-on-web-3");
+        assert_eq!(
+            h.describe(),
+            "consul-lock-holder-on-web-3 (session \"conlock: job on h\")"
+        );
+        h.value = serde_json::Value::Null;
+        h.name = None;
+        assert_eq!(h.describe(), "session abc");
     }
 
     #[test]

@@ -95,6 +95,19 @@ fn server_errors_are_retryable_and_show_consuls_text() {
 }
 
 #[test]
+fn agent_self_reports_the_node_name() {
+    let server = DevServer::start(Options {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        session_ttl_min: Duration::from_secs(1),
+        acl_token: None,
+        node_name: "node-under-test".into(),
+    })
+    .unwrap();
+    let me = client(&server).agent_self().unwrap();
+    assert_eq!(me.config.node_name, "node-under-test");
+}
+
+#[test]
 fn connection_refused_names_address_and_origin() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
