@@ -1,5 +1,6 @@
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod consul;
 pub mod devserver;
 pub mod duration;
