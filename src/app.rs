@@ -17,6 +17,8 @@ pub const TTL_MIN: Duration = Duration::from_secs(10);
 pub const TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Consul's limit on a KV value.
 pub const MAX_VALUE_BYTES: usize = 512 * 1024;
+/// How much of the command the default value records (at most 16 KiB of UTF-8).
+pub const MAX_COMMAND_CHARS: usize = 4096;
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -27,12 +29,28 @@ pub fn run(cli: Cli) -> Result<i32> {
     } else {
         ui::Level::Normal
     });
+    // Connection options may come before the subcommand (as in `conlock --http-addr X
+    // run …`) or after it; after wins. Other subcommands do not talk to Consul.
+    match &cli.command {
+        Command::Run(_)
+        | Command::Sem(_)
+        | Command::Status(_)
+        | Command::Watch(_)
+        | Command::Break(_) => {}
+        _ => {
+            if let Some(flag) = cli.conn.first_given() {
+                return Err(Error::Usage(format!(
+                    "{flag} applies to run, sem, status, watch and break, not to this subcommand"
+                )));
+            }
+        }
+    }
     match cli.command {
-        Command::Run(args) => run_lock(&cli.conn, args),
-        Command::Sem(args) => crate::semaphore::run(&cli.conn, args),
-        Command::Status(args) => crate::ops::status::run(&cli.conn, args),
-        Command::Watch(args) => crate::ops::watch::run(&cli.conn, args),
-        Command::Break(args) => crate::ops::brk::run(&cli.conn, args),
+        Command::Run(args) => run_lock(&args.conn.or(&cli.conn), args),
+        Command::Sem(args) => crate::semaphore::run(&args.conn.or(&cli.conn), args),
+        Command::Status(args) => crate::ops::status::run(&args.conn.or(&cli.conn), args),
+        Command::Watch(args) => crate::ops::watch::run(&args.conn.or(&cli.conn), args),
+        Command::Break(args) => crate::ops::brk::run(&args.conn.or(&cli.conn), args),
         Command::DevServer(a) => {
             crate::devserver::run_foreground(crate::devserver::Options {
                 addr: a.addr,
@@ -102,12 +120,15 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     let host = hostname();
     let value = match (&hold.value, &hold.value_file) {
         (Some(v), _) => HolderValue::Given(v.clone().into_bytes()),
-        (None, Some(path)) => HolderValue::Given(std::fs::read(path).map_err(|e| {
-            Error::Usage(format!("cannot read --value-file {}: {e}", path.display()))
-        })?),
+        (None, Some(path)) => HolderValue::Given(
+            crate::readfile::read_bounded(path, MAX_VALUE_BYTES as u64, "512 KiB, Consul's value limit")
+                .map_err(|e| Error::Usage(format!("--value-file {}: {e}", path.display())))?,
+        ),
+        // The command is cut so that a huge command line still fits Consul's value limit.
         (None, None) => HolderValue::Default {
             host: host.clone(),
-            command: program.display.clone(),
+            command: truncate(&program.display, MAX_COMMAND_CHARS),
+            lock_delay: crate::duration::format(hold.lock_delay),
         },
     };
     let size = value.bytes().len();
@@ -172,6 +193,7 @@ pub fn client(conn: &ConnArgs) -> Result<Client> {
         client_key: conn.client_key.clone(),
         datacenter: conn.datacenter.clone(),
         namespace: conn.namespace.clone(),
+        tls_server_name: conn.tls_server_name.clone(),
     };
     let cfg = ConnConfig::from_env(&flags)?;
     Ok(Client::new(cfg)?)
@@ -191,6 +213,20 @@ pub fn normalize_key(raw: &str, flag: &str) -> Result<String> {
     if k.chars().any(|c| c.is_control()) {
         return Err(Error::Usage(format!(
             "{flag} {raw:?} contains control characters"
+        )));
+    }
+    // Consul's HTTP server (Go's ServeMux) answers a path with `//`, `.` or `..` segments
+    // with a redirect to the cleaned path, so such a key can never be locked. A trailing
+    // `/` on --key is kept: Consul stores such keys as given.
+    let inner = k.strip_suffix('/').unwrap_or(k);
+    if let Some(seg) = inner.split('/').find(|s| s.is_empty() || *s == "." || *s == "..") {
+        let what = if seg.is_empty() {
+            "an empty segment (//)".to_string()
+        } else {
+            format!("a {seg:?} segment")
+        };
+        return Err(Error::Usage(format!(
+            "{flag} {raw:?} has {what}: Consul cannot store such a key"
         )));
     }
     Ok(k.to_string())
@@ -224,5 +260,12 @@ mod tests {
             normalize_key("with space/ü", "--key").unwrap(),
             "with space/ü"
         );
+        assert_eq!(normalize_key("a/b/", "--key").unwrap(), "a/b/");
+        for bad in ["a/../b", "a/./b", "a//b", "..", ".", "a/..", "./a"] {
+            assert!(normalize_key(bad, "--key").is_err(), "{bad}");
+            assert!(normalize_key(bad, "--prefix").is_err(), "{bad}");
+        }
+        assert!(normalize_key("a//", "--key").is_err());
+        assert_eq!(normalize_key("a//", "--prefix").unwrap(), "a");
     }
 }

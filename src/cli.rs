@@ -16,6 +16,15 @@ Exit codes:
   126      the command is not executable
   127      the command was not found";
 
+const ENVIRONMENT: &str = "\
+Environment (flags win over variables):
+  CONSUL_HTTP_ADDR         agent address (--http-addr)
+  CONSUL_HTTP_SSL          true: host:port without a scheme means https://
+  CONSUL_HTTP_SSL_VERIFY   false: do not verify the agent's certificate (testing only)
+  CONSUL_TLS_SERVER_NAME   name to expect in the agent's certificate (--tls-server-name)
+  CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, CONSUL_CAPATH,
+  CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, CONSUL_DATACENTER, CONSUL_NAMESPACE";
+
 const TOP_EXAMPLES: &str = "\
 Examples:
   conlock run --key service/x/leader -- ./job      # one holder at a time
@@ -41,7 +50,7 @@ Examples:
     about = "Run a command while holding a Consul lock or semaphore slot",
     long_about = "Run a command while holding a Consul lock (leader election) or one of N semaphore \
 slots. Wire-compatible with `consul lock`: both exclude each other on the same prefix.",
-    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}"),
+    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"),
     propagate_version = true
 )]
 pub struct Cli {
@@ -56,10 +65,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command while holding a lock (one holder at a time)
-    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
     Run(RunArgs),
     /// Run a command while holding one of N semaphore slots
-    #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
     Sem(SemArgs),
     /// Show who holds a lock or semaphore (exit 0 held, 1 free)
     #[command(
@@ -94,32 +103,72 @@ pub enum Command {
 #[command(next_help_heading = "Consul connection")]
 pub struct ConnArgs {
     /// Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
     /// ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]
-    #[arg(long, global = true, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
     /// File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
     /// CA certificate file for HTTPS [env: CONSUL_CACERT]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub ca_file: Option<PathBuf>,
     /// Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub ca_path: Option<PathBuf>,
     /// Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub client_cert: Option<PathBuf>,
     /// Client key for HTTPS [env: CONSUL_CLIENT_KEY]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub client_key: Option<PathBuf>,
     /// Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]
-    #[arg(long, global = true, value_name = "DC")]
+    #[arg(long, value_name = "DC")]
     pub datacenter: Option<String>,
     /// Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]
-    #[arg(long, global = true, value_name = "NS")]
+    #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
+    /// Name expected in the agent's certificate and sent as SNI, when it differs from the address's host [env: CONSUL_TLS_SERVER_NAME]
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl ConnArgs {
+    /// These options given after the subcommand win over those given before it.
+    pub fn or(&self, outer: &ConnArgs) -> ConnArgs {
+        let c = self.clone();
+        ConnArgs {
+            http_addr: c.http_addr.or_else(|| outer.http_addr.clone()),
+            token: c.token.or_else(|| outer.token.clone()),
+            token_file: c.token_file.or_else(|| outer.token_file.clone()),
+            ca_file: c.ca_file.or_else(|| outer.ca_file.clone()),
+            ca_path: c.ca_path.or_else(|| outer.ca_path.clone()),
+            client_cert: c.client_cert.or_else(|| outer.client_cert.clone()),
+            client_key: c.client_key.or_else(|| outer.client_key.clone()),
+            datacenter: c.datacenter.or_else(|| outer.datacenter.clone()),
+            namespace: c.namespace.or_else(|| outer.namespace.clone()),
+            tls_server_name: c.tls_server_name.or_else(|| outer.tls_server_name.clone()),
+        }
+    }
+
+    /// The first option given, for refusing them where they do not apply.
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.http_addr.is_some(), "--http-addr"),
+            (self.token.is_some(), "--token"),
+            (self.token_file.is_some(), "--token-file"),
+            (self.ca_file.is_some(), "--ca-file"),
+            (self.ca_path.is_some(), "--ca-path"),
+            (self.client_cert.is_some(), "--client-cert"),
+            (self.client_key.is_some(), "--client-key"),
+            (self.datacenter.is_some(), "--datacenter"),
+            (self.namespace.is_some(), "--namespace"),
+            (self.tls_server_name.is_some(), "--tls-server-name"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
 }
 
 #[derive(Debug, Clone, Copy, Args)]
@@ -147,10 +196,10 @@ pub struct HoldArgs {
     #[arg(long, value_name = "NAME")]
     pub session_name: Option<String>,
     /// Session TTL, 10s to 24h; renewed every TTL/2
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]
     #[arg(long = "check", value_name = "ID", conflicts_with = "no_checks")]
@@ -159,7 +208,7 @@ pub struct HoldArgs {
     #[arg(long)]
     pub no_checks: bool,
     /// Give up waiting after this long (0s: try once) and exit 75
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)
     #[arg(long, value_name = "N", default_value_t = 75)]
@@ -177,13 +226,13 @@ pub struct HoldArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "TERM")]
     pub kill_signal: String,
     /// Time between that signal and SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub kill_grace: Duration,
     /// Failed reads of the key in a row before the lock counts as lost
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub monitor_retry: u32,
     /// Pause between those reads
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub monitor_retry_time: Duration,
     /// The command and its arguments
     #[arg(last = true, value_name = "CMD", required = true, num_args = 1..)]
@@ -204,6 +253,8 @@ pub struct RunArgs {
     pub behavior: Behavior,
     #[command(flatten)]
     pub hold: HoldArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -216,6 +267,8 @@ pub struct SemArgs {
     pub prefix: String,
     #[command(flatten)]
     pub hold: HoldArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 /// A lock key or a prefix (lock `P/.lock`, or a semaphore under `P`).
@@ -228,12 +281,24 @@ pub struct TargetArgs {
     /// A lock (PREFIX/.lock) or a semaphore under PREFIX
     #[arg(long, value_name = "PREFIX")]
     pub prefix: Option<String>,
+    /// What --prefix names: auto reads it from Consul, which cannot tell an idle semaphore (nothing left under PREFIX) from a free lock and then reports a lock
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    Auto,
+    Lock,
+    Semaphore,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
     /// Machine-readable output (schema in docs/guide.md)
     #[arg(long)]
     pub json: bool,
@@ -243,6 +308,8 @@ pub struct StatusArgs {
 pub struct WatchArgs {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
     /// One JSON object per line
     #[arg(long)]
     pub json: bool,
@@ -255,6 +322,8 @@ pub struct WatchArgs {
 pub struct BreakArgs {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
     /// Only this semaphore holder's session
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
@@ -269,7 +338,7 @@ pub struct DevServerArgs {
     #[arg(long, default_value = "127.0.0.1:8500")]
     pub addr: std::net::SocketAddr,
     /// Lowest session TTL accepted, like Consul's session_ttl_min
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub session_ttl_min: Duration,
     /// Require this ACL token on every request
     #[arg(long, value_name = "TOKEN")]
@@ -280,5 +349,14 @@ pub struct DevServerArgs {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
+    // Hyphen values reach us (allow_hyphen_values) so that `-5s` gets this answer rather
+    // than clap's advice to write `-- -5s`, which would make it part of the command.
+    if let Some(rest) = s.trim_start().strip_prefix('-') {
+        return Err(if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            "durations cannot be negative".into()
+        } else {
+            "expected a duration such as 30s (the value is missing)".into()
+        });
+    }
     crate::duration::parse(s).map_err(|e| e.trim_start_matches("time: ").to_string())
 }

@@ -41,18 +41,29 @@ pub enum HolderValue {
     Given(Vec<u8>),
     /// conlock's default JSON; `started` is stamped at each write, so the successful one
     /// says when holding began.
-    Default { host: String, command: String },
+    Default {
+        host: String,
+        command: String,
+        /// The session's lock-delay, so that `status` can tell how long a key left by an
+        /// invalidated session may block new holders.
+        lock_delay: String,
+    },
 }
 
 impl HolderValue {
     pub fn bytes(&self) -> Vec<u8> {
         match self {
             HolderValue::Given(v) => v.clone(),
-            HolderValue::Default { host, command } => serde_json::to_vec(&serde_json::json!({
+            HolderValue::Default {
+                host,
+                command,
+                lock_delay,
+            } => serde_json::to_vec(&serde_json::json!({
                 "host": host,
                 "pid": std::process::id(),
                 "command": command,
                 "started": ui::timestamp(std::time::SystemTime::now()),
+                "lock_delay": lock_delay,
             }))
             .expect("json value"),
         }
@@ -277,7 +288,8 @@ fn hold_guarded(
     Ok(match outcome {
         Outcome::Exited(code) => {
             ui::verbose(format_args!(
-                "command exited with {code}; released {}",
+                "command {}; released {}",
+                supervise::describe_end(code),
                 claim.describe()
             ));
             code

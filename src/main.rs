@@ -38,6 +38,15 @@ fn usage_error_line(rendered: &str) -> String {
         .next()
         .unwrap_or(message);
     let message = message.trim().trim_start_matches("error:").trim();
-    let folded = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut folded = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    // clap's tip "to pass '-5' as a value, use '-- -5'" is wrong here: `--` starts the
+    // command, so the value would become part of it.
+    if let Some(at) = folded.find(" tip: to pass '") {
+        let value = folded[at + 15..].split('\'').next().unwrap_or("").to_string();
+        folded.truncate(at);
+        folded.push_str(&format!(
+            "; to give {value:?} as an option's value, attach it: --option={value}"
+        ));
+    }
     format!("{folded} (see 'conlock --help')")
 }

@@ -107,6 +107,13 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
                 "{shown} is not executable (check its permissions)"
             )));
         }
+        if let Some(interp) = missing_interpreter(p) {
+            return Err(Error::NotFound(format!(
+                "interpreter {} of script {} not found (check its #! line)",
+                interp.display(),
+                p.display()
+            )));
+        }
         Ok(p.to_path_buf())
     };
     if name.as_bytes().contains(&b'/') {
@@ -125,8 +132,28 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
             Err(_) => {}
         }
     }
-    Err(first_err
-        .unwrap_or_else(|| Error::NotFound(format!("command not found: {shown} (searched PATH)"))))
+    // A whole shell line given as one word is the usual `consul lock` habit.
+    let hint = if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
+        " (a whole shell line? use --shell)"
+    } else {
+        ""
+    };
+    Err(first_err.unwrap_or_else(|| {
+        Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
+    }))
+}
+
+/// The `#!` interpreter of script `p` when it does not exist (exec would fail with
+/// ENOENT, which reads as if the script itself were missing).
+fn missing_interpreter(p: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(p).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?.trim();
+    let interp = PathBuf::from(text.split_whitespace().next()?);
+    (interp.is_absolute() && !interp.exists()).then_some(interp)
 }
 
 /// Parses `TERM`, `SIGTERM`, `sigterm` or `15`.
@@ -393,6 +420,21 @@ fn wait_group_gone(child: &Child, within: Duration) -> bool {
     true
 }
 
+/// The signal that killed the direct child, 0 when it exited: for messages, since
+/// `ChildExited(137)` may also be an exit(137).
+pub static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// How the command ended, for messages: "exited with 3" or "was killed by signal 9 (SIGKILL)".
+pub fn describe_end(code: i32) -> String {
+    let sig = CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst);
+    match Signal::try_from(sig) {
+        Ok(s) if sig != 0 && code == 128 + sig => {
+            format!("was killed by signal {sig} ({}; exit code {code})", s.as_str())
+        }
+        _ => format!("exited with {code}"),
+    }
+}
+
 /// Reaps every child (we are a subreaper) and reports the direct child's end.
 fn reap(pid: Pid, events: Sender<Event>) {
     loop {
@@ -401,6 +443,7 @@ fn reap(pid: Pid, events: Sender<Event>) {
                 let _ = events.send(Event::ChildExited(code));
             }
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
+                CHILD_SIGNAL.store(sig as i32, std::sync::atomic::Ordering::SeqCst);
                 let _ = events.send(Event::ChildExited(128 + sig as i32));
             }
             Ok(_) => {}

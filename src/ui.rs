@@ -32,14 +32,14 @@ pub fn stderr_is_terminal() -> bool {
 /// An error line; always shown.
 pub fn error(msg: impl std::fmt::Display) {
     clear_status();
-    let _ = writeln!(std::io::stderr(), "conlock: error: {msg}");
+    let _ = writeln!(std::io::stderr(), "{}conlock: error: {msg}", stamp());
 }
 
 /// A warning; hidden by -q.
 pub fn warn(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();
-        let _ = writeln!(std::io::stderr(), "conlock: warning: {msg}");
+        let _ = writeln!(std::io::stderr(), "{}conlock: warning: {msg}", stamp());
     }
 }
 
@@ -47,7 +47,17 @@ pub fn warn(msg: impl std::fmt::Display) {
 pub fn notice(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();
-        let _ = writeln!(std::io::stderr(), "conlock: {msg}");
+        let _ = writeln!(std::io::stderr(), "{}conlock: {msg}", stamp());
+    }
+}
+
+/// With -v every line carries the timestamp, so that errors and warnings sort in
+/// with the progress lines.
+fn stamp() -> String {
+    if level() >= Level::Verbose {
+        format!("{} ", timestamp_micros(SystemTime::now()))
+    } else {
+        String::new()
     }
 }
 

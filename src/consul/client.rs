@@ -22,11 +22,12 @@ pub enum ConsulError {
         origin: String,
         detail: String,
     },
-    #[error("Consul denied {what} (403 {body}); check the ACL token from {token_origin}")]
+    #[error("Consul denied {what} (403 {body}); {token_hint}")]
     AclDenied {
         what: String,
         body: String,
-        token_origin: String,
+        /// "check the ACL token from …", or what to set when no token was sent.
+        token_hint: String,
     },
     #[error("Consul rejected {what} ({status}): {body}")]
     Rejected {
@@ -131,8 +132,27 @@ impl Client {
         if cfg.is_loopback() {
             builder = builder.proxy(None);
         }
+        let mut cfg = cfg;
+        let agent = match (cfg.is_https(), cfg.tls.server_name.clone()) {
+            (true, Some(name)) => {
+                // rustls takes the name to send (SNI) and to verify from the URL's host, so
+                // the URL names the server and the resolver connects to the real address.
+                let port = cfg.addr.rsplit_once(':').map_or("8501", |(_, p)| p).to_string();
+                let resolver = PinnedResolver {
+                    name: format!("{}:{port}", host_for_url(&name)),
+                    real: cfg.base_url.clone(),
+                };
+                cfg.base_url = format!("https://{}:{port}", host_for_url(&name));
+                ureq::Agent::with_parts(
+                    builder.build(),
+                    ureq::unversioned::transport::DefaultConnector::new(),
+                    resolver,
+                )
+            }
+            _ => builder.build().into(),
+        };
         Ok(Client {
-            agent: builder.build().into(),
+            agent,
             cfg: Arc::new(cfg),
             request_timeout: Duration::from_secs(10),
         })
@@ -357,7 +377,11 @@ impl Client {
             403 => Err(ConsulError::AclDenied {
                 what: what.to_string(),
                 body: error_text(&answer.body),
-                token_origin: self.cfg.token_origin.clone(),
+                token_hint: if self.cfg.token.is_some() {
+                    format!("check the ACL token from {}", self.cfg.token_origin)
+                } else {
+                    "no ACL token was sent: set CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE or --token".into()
+                },
             }),
             status @ 500..=599 => Err(ConsulError::Server {
                 what: what.to_string(),
@@ -445,7 +469,19 @@ impl Client {
             }
             other => {
                 let mut detail = other.to_string();
-                if detail.contains("certificate")
+                if self.cfg.is_https()
+                    && (detail.contains("InvalidContentType") || detail.contains("corrupt message"))
+                {
+                    // rustls's view of an HTTP answer to its TLS hello.
+                    detail = format!(
+                        "the agent at {} answered plain HTTP; use http:// or check CONSUL_HTTP_SSL",
+                        self.cfg.addr
+                    );
+                } else if detail.contains("not valid for name") {
+                    detail.push_str(
+                        " (name the certificate's host with --tls-server-name or CONSUL_TLS_SERVER_NAME, or check CONSUL_CACERT/--ca-file)",
+                    );
+                } else if detail.contains("certificate")
                     || detail.contains("Tls")
                     || detail.contains("tls")
                 {
@@ -500,6 +536,42 @@ impl Client {
             }
         }
         url
+    }
+}
+
+fn host_for_url(name: &str) -> String {
+    match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => name.to_string(),
+    }
+}
+
+/// Resolves the TLS server name (as it appears in the URL) to the agent's real address.
+#[derive(Debug)]
+struct PinnedResolver {
+    /// `name:port` as in the URL.
+    name: String,
+    /// `https://host:port` of the agent.
+    real: String,
+}
+
+impl ureq::unversioned::resolver::Resolver for PinnedResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let default = ureq::unversioned::resolver::DefaultResolver::default();
+        let asked = uri.authority().map(|a| a.as_str().to_ascii_lowercase());
+        if asked.as_deref() == Some(self.name.as_str()) {
+            let real: ureq::http::Uri = self
+                .real
+                .parse()
+                .map_err(|_| ureq::Error::BadUri(self.real.clone()))?;
+            return default.resolve(&real, config, timeout);
+        }
+        default.resolve(uri, config, timeout)
     }
 }
 
@@ -565,13 +637,8 @@ fn encode(s: &str, keep: impl Fn(u8) -> bool) -> String {
 }
 
 fn read_pem_file(f: &FileSetting) -> Result<Vec<u8>> {
-    std::fs::read(&f.path).map_err(|e| {
-        ConsulError::Tls(format!(
-            "cannot read {} (from {}): {e}",
-            f.path.display(),
-            f.origin
-        ))
-    })
+    crate::readfile::read_bounded(&f.path, crate::readfile::PEM_LIMIT, "the certificate file limit")
+        .map_err(|e| ConsulError::Tls(format!("{} (from {}): {e}", f.path.display(), f.origin)))
 }
 
 fn certs_from_pem(bytes: &[u8], f: &FileSetting) -> Result<Vec<ureq::tls::Certificate<'static>>> {

@@ -20,6 +20,7 @@ pub struct ConnFlags {
     pub client_key: Option<PathBuf>,
     pub datacenter: Option<String>,
     pub namespace: Option<String>,
+    pub tls_server_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +36,9 @@ pub struct TlsSettings {
     pub client_cert: Option<FileSetting>,
     pub client_key: Option<FileSetting>,
     pub verify: bool,
+    /// The name sent as SNI and checked against the agent's certificate, instead of
+    /// the address's host (`consul lock -tls-server-name`).
+    pub server_name: Option<String>,
 }
 
 /// Resolved connection settings.
@@ -68,6 +72,10 @@ pub enum ConfigError {
     },
     #[error("invalid value {value:?} for {var}: expected true or false")]
     InvalidBool { var: String, value: String },
+    #[error("the ACL token from {origin} contains a control character; check it for stray bytes")]
+    TokenControl { origin: String },
+    #[error("invalid TLS server name {value:?} (from {origin}): expected a DNS name or an IP address")]
+    InvalidServerName { value: String, origin: String },
 }
 
 impl ConnConfig {
@@ -126,6 +134,7 @@ impl ConnConfig {
             client_cert: file(&flags.client_cert, "--client-cert", "CONSUL_CLIENT_CERT"),
             client_key: file(&flags.client_key, "--client-key", "CONSUL_CLIENT_KEY"),
             verify: env_bool("CONSUL_HTTP_SSL_VERIFY")?.unwrap_or(true),
+            server_name: resolve_server_name(flags, &env)?,
         };
 
         Ok(ConnConfig {
@@ -172,10 +181,12 @@ fn parse_bool(v: &str) -> Option<bool> {
 /// Splits `http://h:p`, `https://h:p` or `h:p` into scheme and `h:p`.
 fn split_addr(raw: &str, ssl: bool) -> Result<(&'static str, String), String> {
     let raw = raw.trim();
-    let (scheme, rest) = if let Some(r) = raw.strip_prefix("https://") {
-        ("https", r)
-    } else if let Some(r) = raw.strip_prefix("http://") {
-        ("http", r)
+    // Schemes are case-insensitive (RFC 3986), as Go's url.Parse treats them.
+    let lower = raw.get(..8).unwrap_or(raw).to_ascii_lowercase();
+    let (scheme, rest) = if lower.starts_with("https://") {
+        ("https", &raw[8..])
+    } else if lower.starts_with("http://") {
+        ("http", &raw[7..])
     } else if raw.contains("://") {
         return Err("unsupported scheme (unix sockets are not supported)".into());
     } else if ssl {
@@ -215,12 +226,30 @@ fn resolve_token(
     if let Some(t) = &flags.token {
         return Ok((Some(t.clone()), "--token".into()));
     }
+    let (token, origin) = resolve_token_unchecked(flags, env)?;
+    // A control character would make the request header invalid, which the HTTP library
+    // reports as if Consul were unreachable.
+    if token.as_deref().is_some_and(|t| t.chars().any(char::is_control)) {
+        return Err(ConfigError::TokenControl { origin });
+    }
+    Ok((token, origin))
+}
+
+fn resolve_token_unchecked(
+    flags: &ConnFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<String>, String), ConfigError> {
+    if let Some(t) = &flags.token {
+        return Ok((Some(t.clone()), "--token".into()));
+    }
     let read = |path: &PathBuf, origin: &str| -> Result<(Option<String>, String), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::TokenFile {
-            path: path.display().to_string(),
-            origin: origin.to_string(),
-            reason: e.to_string(),
-        })?;
+        let bytes = crate::readfile::read_bounded(path, crate::readfile::TOKEN_LIMIT, "the token file limit")
+            .map_err(|reason| ConfigError::TokenFile {
+                path: path.display().to_string(),
+                origin: origin.to_string(),
+                reason,
+            })?;
+        let text = String::from_utf8_lossy(&bytes);
         let token = text.trim().to_string();
         Ok((
             (!token.is_empty()).then_some(token),
@@ -237,7 +266,31 @@ fn resolve_token(
     if let Some(t) = env("CONSUL_HTTP_TOKEN") {
         return Ok((Some(t), "CONSUL_HTTP_TOKEN".into()));
     }
-    Ok((None, "no token (set CONSUL_HTTP_TOKEN or --token)".into()))
+    Ok((None, "no token".into()))
+}
+
+fn resolve_server_name(
+    flags: &ConnFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let (name, origin) = match (&flags.tls_server_name, env("CONSUL_TLS_SERVER_NAME")) {
+        (Some(n), _) => (n.clone(), "--tls-server-name"),
+        (None, Some(n)) => (n, "CONSUL_TLS_SERVER_NAME"),
+        (None, None) => return Ok(None),
+    };
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && (name.parse::<std::net::IpAddr>().is_ok()
+            || name
+                .split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')));
+    if !ok {
+        return Err(ConfigError::InvalidServerName {
+            value: name,
+            origin: origin.into(),
+        });
+    }
+    Ok(Some(name.to_ascii_lowercase()))
 }
 
 #[cfg(test)]
@@ -349,6 +402,40 @@ mod tests {
             err.to_string().contains("/nonexistent/tok")
                 && err.to_string().contains("CONSUL_HTTP_TOKEN_FILE")
         );
+        let flags = ConnFlags {
+            token: Some("bad\u{1}tok".into()),
+            ..Default::default()
+        };
+        let err = resolve(&flags, &[]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the ACL token from --token contains a control character; check it for stray bytes"
+        );
+        let err = resolve(
+            &ConnFlags::default(),
+            &[("CONSUL_HTTP_TOKEN_FILE", "/dev/zero")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("larger than 65536 bytes"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn upper_case_schemes_and_server_names() {
+        let c = resolve(&ConnFlags::default(), &[("CONSUL_HTTP_ADDR", "HTTP://h:1")]).unwrap();
+        assert_eq!(c.base_url, "http://h:1");
+        let c = resolve(&ConnFlags::default(), &[("CONSUL_HTTP_ADDR", "Https://h")]).unwrap();
+        assert_eq!(c.base_url, "https://h:8501");
+        let c = resolve(
+            &ConnFlags::default(),
+            &[("CONSUL_TLS_SERVER_NAME", "Consul.Example")],
+        )
+        .unwrap();
+        assert_eq!(c.tls.server_name.as_deref(), Some("consul.example"));
+        let flags = ConnFlags {
+            tls_server_name: Some("a b".into()),
+            ..Default::default()
+        };
+        assert!(resolve(&flags, &[]).unwrap_err().to_string().contains("--tls-server-name"));
     }
 }

@@ -7,25 +7,52 @@ pub mod watch;
 
 use serde_json::{json, Value};
 
-use crate::cli::TargetArgs;
+use crate::cli::{Kind, TargetArgs};
 use crate::consul::{Client, KvPair, QueryMeta, QueryOptions, LOCK_FLAGS, SEMAPHORE_FLAGS};
 use crate::error::{Error, Result};
 use crate::semaphore::LockState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
+    /// A lock key (`--key K`, or `--prefix P --kind lock`: `P/.lock`).
     Key(String),
+    /// A prefix whose kind is read from Consul: a semaphore when `P/.lock` or a contender
+    /// key carries the semaphore flags, otherwise the lock `P/.lock`.
     Prefix(String),
+    /// `--prefix P --kind semaphore`: a semaphore even when nothing under P shows it.
+    Semaphore(String),
 }
 
 impl Target {
     pub fn from_args(a: &TargetArgs) -> Result<Target> {
-        match (&a.key, &a.prefix) {
-            (Some(k), _) => Ok(Target::Key(crate::app::normalize_key(k, "--key")?)),
-            (None, Some(p)) => Ok(Target::Prefix(crate::app::normalize_key(p, "--prefix")?)),
-            (None, None) => Err(Error::Usage("give --key or --prefix".into())),
+        match (&a.key, &a.prefix, a.kind) {
+            (Some(_), _, Kind::Semaphore) => Err(Error::Usage(
+                "--kind semaphore needs --prefix: a semaphore is a prefix, not a key".into(),
+            )),
+            (Some(k), _, _) => Ok(Target::Key(crate::app::normalize_key(k, "--key")?)),
+            (None, Some(p), kind) => {
+                let p = crate::app::normalize_key(p, "--prefix")?;
+                Ok(match kind {
+                    Kind::Auto => Target::Prefix(p),
+                    Kind::Lock => Target::Key(format!("{p}/.lock")),
+                    Kind::Semaphore => Target::Semaphore(p),
+                })
+            }
+            (None, None, _) => Err(Error::Usage("give --key or --prefix".into())),
         }
     }
+}
+
+/// A lock key that exists without a holder. conlock and `consul lock` delete the key
+/// when they release, so a key left behind was freed by an invalidated session (TTL
+/// expiry, `break`, a failed health check), and Consul may refuse new holders for that
+/// session's lock-delay. When it was invalidated cannot be read from Consul.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockDelayHint {
+    /// The lock-delay the last holder recorded in its value (conlock's default value).
+    pub up_to_ns: Option<u64>,
+    /// The value left in the key.
+    pub value: Value,
 }
 
 /// One holder of a lock or slot.
@@ -51,6 +78,8 @@ pub enum Snapshot {
         holder: Option<Holder>,
         lock_index: u64,
         modify_index: u64,
+        /// Set when the lock is free but a lock-delay may still block new holders.
+        lock_delay: Option<LockDelayHint>,
     },
     Semaphore {
         prefix: String,
@@ -86,7 +115,31 @@ impl Snapshot {
         }
     }
 
-    /// The stable JSON schema of `status --json` (documented in docs/guide.md).
+    /// `held`, `free`, or (locks only) `lock-delay`: free, but a lock-delay may still
+    /// block new holders.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Snapshot::Lock {
+                lock_delay: Some(_),
+                holder: None,
+                ..
+            } => "lock-delay",
+            s if s.is_held() => "held",
+            _ => "free",
+        }
+    }
+
+    /// The exit code of `status`: 0 held, 1 free, 2 free but possibly in a lock-delay
+    /// (where `run --timeout 0s` may still be busy).
+    pub fn exit_code(&self) -> i32 {
+        match self.state() {
+            "held" => 0,
+            "free" => 1,
+            _ => 2,
+        }
+    }
+
+    /// The JSON of `status --json`, one schema per kind (docs/status.schema.json).
     pub fn to_json(&self) -> Value {
         match self {
             Snapshot::Lock {
@@ -94,14 +147,20 @@ impl Snapshot {
                 holder,
                 lock_index,
                 modify_index,
-                ..
+                lock_delay,
             } => json!({
                 "kind": "lock",
                 "key": key,
+                "state": self.state(),
                 "held": holder.is_some(),
                 "holder": holder.as_ref().map(Holder::to_json),
+                "holders": holder.iter().map(Holder::to_json).collect::<Vec<_>>(),
                 "lock_index": lock_index,
                 "modify_index": modify_index,
+                "lock_delay": lock_delay.as_ref().map(|d| json!({
+                    "up_to_ns": d.up_to_ns,
+                    "value": d.value,
+                })),
             }),
             Snapshot::Semaphore {
                 prefix,
@@ -112,6 +171,7 @@ impl Snapshot {
             } => json!({
                 "kind": "semaphore",
                 "prefix": prefix,
+                "state": self.state(),
                 "limit": limit,
                 "held": !holders.is_empty(),
                 "holders": holders.iter().map(Holder::to_json).collect::<Vec<_>>(),
@@ -205,11 +265,23 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
             )));
         }
     }
+    let lock_delay = pair.filter(|p| p.holder().is_none()).map(|p| {
+        let value = decode_value(p.value_bytes());
+        LockDelayHint {
+            up_to_ns: value
+                .get("lock_delay")
+                .and_then(Value::as_str)
+                .and_then(|d| crate::duration::parse(d).ok())
+                .map(|d| d.as_nanos() as u64),
+            value,
+        }
+    });
     Ok(Snapshot::Lock {
         key: key.to_string(),
         holder: pair.and_then(|p| p.holder().map(|s| holder(client, p, s))),
         lock_index: pair.map_or(0, |p| p.lock_index),
         modify_index: pair.map_or(0, |p| p.modify_index),
+        lock_delay,
     })
 }
 
@@ -220,7 +292,7 @@ pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Sna
             let (pair, meta) = client.kv_get(key, q)?;
             Ok((lock_snapshot(client, key, pair.as_ref())?, meta))
         }
-        Target::Prefix(prefix) => {
+        Target::Prefix(prefix) | Target::Semaphore(prefix) => {
             let (pairs, meta) = client.kv_list(prefix, q)?;
             let lock_key = format!("{prefix}/.lock");
             let lock = pairs.iter().find(|p| p.key == lock_key);
@@ -232,8 +304,17 @@ pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Sna
                         && p.key.rsplit_once('/').map(|(d, _)| d) == Some(prefix)
                 })
                 .collect();
-            let is_semaphore = lock.map_or(!contenders.is_empty(), |l| l.flags == SEMAPHORE_FLAGS);
-            if !is_semaphore {
+            let found_semaphore =
+                lock.map_or(!contenders.is_empty(), |l| l.flags == SEMAPHORE_FLAGS);
+            if let (Target::Semaphore(_), Some(l)) = (target, lock) {
+                if l.flags != SEMAPHORE_FLAGS {
+                    return Err(Error::Conflict(format!(
+                        "{lock_key} is not a semaphore's .lock (Flags {:#x}); drop --kind semaphore to read it as a lock",
+                        l.flags
+                    )));
+                }
+            }
+            if !found_semaphore && !matches!(target, Target::Semaphore(_)) {
                 return Ok((lock_snapshot(client, &lock_key, lock)?, meta));
             }
             let state = match lock {

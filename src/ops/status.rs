@@ -19,7 +19,7 @@ pub fn run(conn: &ConnArgs, args: StatusArgs) -> Result<i32> {
     } else {
         print!("{}", render(&snap, SystemTime::now()));
     }
-    Ok(if snap.is_held() { 0 } else { 1 })
+    Ok(snap.exit_code())
 }
 
 /// The human-readable report.
@@ -31,11 +31,28 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             holder,
             lock_index,
             modify_index,
-            ..
+            lock_delay,
         } => {
             rows.push(("lock".into(), key.clone()));
             match holder {
-                None => rows.push(("state".into(), "free".into())),
+                None => match lock_delay {
+                    None => rows.push(("state".into(), "free".into())),
+                    Some(d) => {
+                        let up_to = d.up_to_ns.map_or_else(
+                            || "the last holder's lock-delay (15s unless it set another)".into(),
+                            |ns| format!("up to {}", crate::duration::format(std::time::Duration::from_nanos(ns))),
+                        );
+                        rows.push((
+                            "state".into(),
+                            format!("free, but a lock-delay of {up_to} may still block new holders"),
+                        ));
+                        rows.push((
+                            "why".into(),
+                            "the last holder's session was invalidated (expired, broken or its node failed) rather than released; Consul does not tell when".into(),
+                        ));
+                        rows.push(("last value".into(), value_text(&d.value)));
+                    }
+                },
                 Some(h) => {
                     rows.push(("state".into(), "held".into()));
                     holder_rows(&mut rows, h, now, "");
@@ -105,12 +122,15 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
             .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
     }
-    let value = match &h.value {
+    rows.push((format!("{indent}value"), value_text(&h.value)));
+}
+
+fn value_text(v: &serde_json::Value) -> String {
+    match v {
         serde_json::Value::Null => "(empty)".to_string(),
         serde_json::Value::String(s) => s.clone(),
         v => serde_json::to_string_pretty(v).expect("json"),
-    };
-    rows.push((format!("{indent}value"), value));
+    }
 }
 
 /// `1h2m3s` since an RFC 3339 UTC timestamp as conlock writes it.
@@ -176,6 +196,7 @@ mod tests {
             holder: Some(holder()),
             lock_index: 1,
             modify_index: 42,
+            lock_delay: None,
         };
         let now = parse_utc("2026-11-21T13:47:26Z").unwrap() + Duration::from_millis(500);
         let text = render(&snap, now);

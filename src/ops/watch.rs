@@ -21,6 +21,9 @@ use crate::ui;
 pub struct Change {
     /// `held`/`free` for the first look, then `acquired`, `released` or `lost`.
     pub event: &'static str,
+    /// `lock` or `semaphore`.
+    pub kind: &'static str,
+    /// The lock's key or the semaphore's prefix.
     pub target: String,
     pub holder: Option<Holder>,
     pub modify_index: u64,
@@ -87,10 +90,11 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
     }
 }
 
-fn target_name(target: &Target) -> String {
-    match target {
-        Target::Key(k) => k.clone(),
-        Target::Prefix(p) => p.clone(),
+/// The lock's key or the semaphore's prefix, as `status` names them.
+fn target_name(snap: &Snapshot) -> (&'static str, String) {
+    match snap {
+        Snapshot::Lock { key, .. } => ("lock", key.clone()),
+        Snapshot::Semaphore { prefix, .. } => ("semaphore", prefix.clone()),
     }
 }
 
@@ -103,12 +107,12 @@ fn target_name(target: &Target) -> String {
 /// `consul lock` release first and destroy their session a few requests later).
 pub fn diff(
     client: &Client,
-    target: &Target,
+    _target: &Target,
     prev: Option<&Snapshot>,
     now: &Snapshot,
     at_index: u64,
 ) -> Vec<Change> {
-    let name = target_name(target);
+    let (kind, name) = target_name(now);
     let modify_index = match now {
         Snapshot::Lock { modify_index, .. } | Snapshot::Semaphore { modify_index, .. } => {
             *modify_index
@@ -117,6 +121,7 @@ pub fn diff(
     let holders_now = now.holder_sessions();
     let change = |event, holder: Option<Holder>| Change {
         event,
+        kind,
         target: name.clone(),
         holder,
         modify_index,
@@ -158,13 +163,14 @@ pub fn to_line(c: &Change) -> String {
     let when = ui::timestamp(SystemTime::now());
     match &c.holder {
         Some(h) => format!(
-            "{when} {:<8} {} by {} [{}]",
+            "{when} {:<8} {} {} by {} [{}]",
             c.event,
+            c.kind,
             c.target,
             h.describe(),
             h.session
         ),
-        None => format!("{when} {:<8} {}", c.event, c.target),
+        None => format!("{when} {:<8} {} {}", c.event, c.kind, c.target),
     }
 }
 
@@ -172,6 +178,7 @@ pub fn to_json(c: &Change) -> Value {
     json!({
         "time": ui::timestamp(SystemTime::now()),
         "event": c.event,
+        "kind": c.kind,
         "target": c.target,
         "holder": c.holder.as_ref().map(Holder::to_json),
         "modify_index": c.modify_index,
