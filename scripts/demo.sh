@@ -4,9 +4,19 @@
 set -euo pipefail
 bin=${1:-target/release/conlock}
 out=$(mktemp)
-"$bin" dev-server --addr 127.0.0.1:0 --session-ttl-min 1s >"$out" &
+# The server runs in its own session, so a Ctrl-C on the terminal does not stop it
+# before the demo's jobs have released their locks against it.
+setsid "$bin" dev-server --addr 127.0.0.1:0 --session-ttl-min 1s >"$out" &
 server=$!
-cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$out"; }
+cleanup() {
+  # Stop the demo's jobs first (they release against the running server), then the server.
+  local p
+  for p in $(jobs -p); do [ "$p" != "$server" ] && kill -TERM "$p" 2>/dev/null; done
+  for p in $(jobs -p); do [ "$p" != "$server" ] && wait "$p" 2>/dev/null; done
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  rm -f "$out"
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq 1 100); do grep -q 'listening on' "$out" && break; sleep 0.05; done

@@ -73,7 +73,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                     .find_subcommand(name)
                     .cloned()
                     .ok_or_else(|| Error::Usage(format!("no subcommand {name:?}")))?
-                    .name(format!("conlock-{name}")),
+                    .name(format!("conlock-{name}"))
+                    // The synopsis shows how it is typed.
+                    .bin_name(format!("conlock {name}")),
             };
             clap_mangen::Man::new(page)
                 .render(&mut std::io::stdout())

@@ -70,9 +70,11 @@ pub enum Command {
     /// Run a command while holding one of N semaphore slots
     #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
     Sem(SemArgs),
-    /// Show who holds a lock or semaphore (exit 0 held, 1 free)
+    /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
-        after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --json | jq .holders"
+        after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
+Exit codes:\n  0    held\n  1    free\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n\n\
+JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphore\"; both\nhave state, held and holders)."
     )]
     Status(StatusArgs),
     /// Print a line (or run a handler) each time the holder changes
@@ -82,7 +84,8 @@ pub enum Command {
     Watch(WatchArgs),
     /// Force-release a stuck lock or semaphore slot by destroying the holder's session
     #[command(
-        after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes"
+        after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes\n\n\
+Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied"
     )]
     Break(BreakArgs),
     /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)
@@ -102,7 +105,7 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Consul connection")]
 pub struct ConnArgs {
-    /// Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]
+    /// Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]
     #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
     /// ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]
@@ -111,7 +114,7 @@ pub struct ConnArgs {
     /// File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
-    /// CA certificate file for HTTPS [env: CONSUL_CACERT]
+    /// CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]
     #[arg(long, value_name = "PATH")]
     pub ca_file: Option<PathBuf>,
     /// Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]
@@ -299,7 +302,7 @@ pub struct StatusArgs {
     pub target: TargetArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
-    /// Machine-readable output (schema in docs/guide.md)
+    /// Machine-readable output (schema in docs/status.schema.json)
     #[arg(long)]
     pub json: bool,
 }
