@@ -223,9 +223,6 @@ fn resolve_token(
     flags: &ConnFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Option<String>, String), ConfigError> {
-    if let Some(t) = &flags.token {
-        return Ok((Some(t.clone()), "--token".into()));
-    }
     let (token, origin) = resolve_token_unchecked(flags, env)?;
     // A control character would make the request header invalid, which the HTTP library
     // reports as if Consul were unreachable.

@@ -101,6 +101,8 @@ struct Conn {
 }
 
 enum HeadErr {
+    /// Not HTTP at all (a TLS handshake).
+    Malformed,
     Closed,
     TooLarge,
 }
@@ -136,6 +138,11 @@ impl Conn {
                 searched = searched.saturating_sub(1);
             }
             let data = &self.buf[self.pos..];
+            // A TLS handshake record (a client speaking https to this plain-HTTP server)
+            // never ends a header block; a Consul agent answers it with a 400.
+            if data.first() == Some(&0x16) {
+                return Err(HeadErr::Malformed);
+            }
             let from = searched.saturating_sub(3);
             if let Some(end) = find_head_end(data, from) {
                 let head = data[..end].to_vec();
@@ -411,6 +418,13 @@ fn serve(shared: Arc<Shared>, h: Arc<ConnHandle>) {
         let raw = match conn.read_head() {
             Ok(r) => r,
             Err(HeadErr::Closed) => break,
+            Err(HeadErr::Malformed) => {
+                if !shared.aborted(&h) {
+                    write_response(&h, &simple(400, "400 Bad Request"), false, false);
+                    lingering_close(&h);
+                }
+                break;
+            }
             Err(HeadErr::TooLarge) => {
                 let r = simple(431, "431 Request Header Fields Too Large");
                 if !shared.aborted(&h) {

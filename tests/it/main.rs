@@ -3,11 +3,13 @@
 mod client;
 mod common;
 mod devserver;
+mod edges;
 mod faults;
 mod harness;
 mod ops;
 mod prop;
 mod review;
+mod schema;
 mod run;
 mod sem;
 mod wire;

@@ -1,0 +1,431 @@
+//! Operators' rough edges (issue 14) and bad input refused before any request
+//! (issue 11, cases 11 and 12).
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use conlock::consul::{PutOptions, QueryOptions, SessionRequest, LOCK_FLAGS};
+use conlock::devserver::DevServer;
+
+use crate::common::{start_server, start_server_with};
+use crate::harness::*;
+use crate::schema::assert_status_valid;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn run_out(server: &DevServer, args: &[&str]) -> Output {
+    conlock(server).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn status_json(server: &DevServer, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let o = conlock(server)
+        .arg("status")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {:?} {}", o.stdout, stderr(&o)));
+    assert_status_valid(&j);
+    (o.status.code(), j)
+}
+
+/// Asserts exit 125, a message containing `want`, and that no request reached `server`.
+fn refused_before_any_request(server: &DevServer, o: &Output, want: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains(want), "wanted {want:?} in {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert_eq!(server.request_count(), 0, "a request reached the server: {err}");
+}
+
+#[test]
+fn keys_with_empty_dot_or_dotdot_segments_are_refused_first() {
+    let server = start_server();
+    for key in ["a/../b", "a/./b", "a//b", "..", "a/."] {
+        for args in [
+            vec!["run", "--key", key, "--", "true"],
+            vec!["status", "--key", key],
+            vec!["watch", "--key", key],
+            vec!["break", "--key", key, "--yes"],
+        ] {
+            let o = run_out(&server, &args);
+            refused_before_any_request(&server, &o, "Consul cannot store such a key");
+        }
+        for args in [
+            vec!["run", "--prefix", key, "--", "true"],
+            vec!["sem", "--limit", "2", "--prefix", key, "--", "true"],
+            vec!["status", "--prefix", key],
+        ] {
+            let o = run_out(&server, &args);
+            refused_before_any_request(&server, &o, "Consul cannot store such a key");
+        }
+    }
+    // What Consul accepts stays accepted: a trailing slash on a key, slashes around a prefix.
+    let o = run_out(&server, &["run", "--key", "dir/", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run_out(&server, &["status", "--prefix", "/p/"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
+
+#[test]
+fn files_are_read_up_to_their_limit() {
+    let server = start_server();
+    let cases: [(&[&str], &[(&str, &str)], &str); 7] = [
+        (&["--token-file", "/dev/zero"], &[], "larger than 65536 bytes"),
+        (&[], &[("CONSUL_HTTP_TOKEN_FILE", "/dev/zero")], "larger than 65536 bytes"),
+        (&["--value-file", "/dev/zero"], &[], "larger than 524288 bytes (512 KiB"),
+        (&["--ca-file", "/dev/zero"], &[], "larger than 1048576 bytes"),
+        (&[], &[("CONSUL_CACERT", "/dev/zero")], "larger than 1048576 bytes"),
+        (
+            &["--client-cert", "/dev/zero", "--client-key", "/dev/zero"],
+            &[],
+            "larger than 1048576 bytes",
+        ),
+        (
+            &[],
+            &[("CONSUL_CLIENT_CERT", "/dev/zero"), ("CONSUL_CLIENT_KEY", "/dev/zero")],
+            "larger than 1048576 bytes",
+        ),
+    ];
+    for (flags, env, want) in cases {
+        let started = Instant::now();
+        let o = conlock(&server)
+            .args(["run", "--key", "k"])
+            .args(flags)
+            .envs(env.iter().copied())
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        refused_before_any_request(&server, &o, want);
+        assert!(stderr(&o).contains("/dev/zero"), "{}", stderr(&o));
+        // Unbounded, /dev/zero is read until memory runs out.
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn a_token_with_a_control_character_is_refused_first() {
+    let server = start_server();
+    let o = run_out(&server, &["status", "--key", "k", "--token", "abc\u{1}def"]);
+    refused_before_any_request(
+        &server,
+        &o,
+        "the ACL token from --token contains a control character",
+    );
+    let o = conlock(&server)
+        .env("CONSUL_HTTP_TOKEN", "abc\tdef")
+        .args(["status", "--key", "k"])
+        .output()
+        .unwrap();
+    refused_before_any_request(&server, &o, "ACL token from CONSUL_HTTP_TOKEN contains");
+}
+
+#[test]
+fn a_denial_without_a_token_says_to_set_one() {
+    let server = start_server_with(|o| o.acl_token = Some("secret".into()));
+    let o = run_out(&server, &["status", "--key", "k"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("no ACL token was sent: set CONSUL_HTTP_TOKEN"), "{err}");
+    assert!(!err.contains("from no token"), "{err}");
+    let o = run_out(&server, &["status", "--key", "k", "--token", "wrong"]);
+    assert!(stderr(&o).contains("check the ACL token from --token"), "{}", stderr(&o));
+}
+
+#[test]
+fn address_schemes_are_case_insensitive_and_https_to_http_is_explained() {
+    let server = start_server();
+    let o = conlock(&server)
+        .env("CONSUL_HTTP_ADDR", format!("HTTP://{}", server.addr()))
+        .args(["status", "--key", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = conlock(&server)
+        .env("CONSUL_HTTP_ADDR", format!("https://{}", server.addr()))
+        .args(["status", "--key", "k"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the agent at {} answered plain HTTP; use http:// or check CONSUL_HTTP_SSL",
+            server.addr()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("InvalidContentType"), "{err}");
+}
+
+#[test]
+fn a_huge_command_line_is_cut_in_the_default_value() {
+    let server = start_server();
+    // Six 100 KB arguments (one argument may not exceed 128 KiB on Linux).
+    let big = "x".repeat(100_000);
+    let marker = scratch("huge").join("ran");
+    let mut cmd = conlock(&server);
+    cmd.args(["run", "--key", "huge", "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 60", marker.display()))
+        .arg("sh");
+    for _ in 0..6 {
+        cmd.arg(&big);
+    }
+    let mut child = KillOnDrop(cmd.stderr(Stdio::piped()).spawn().unwrap());
+    assert!(wait_for(LONG, || marker.exists()), "the command never ran");
+    let c = client(&server);
+    let (pair, _) = c.kv_get("huge", QueryOptions::default()).unwrap();
+    let pair = pair.unwrap();
+    assert!(pair.value_bytes().len() <= 512 * 1024);
+    let v: serde_json::Value = serde_json::from_slice(pair.value_bytes()).unwrap();
+    let command = v["command"].as_str().unwrap();
+    assert!(command.starts_with("sh -c touch") && command.ends_with('…'), "{}", &command[..80]);
+    assert_eq!(v["lock_delay"], "15s");
+    let s = c.session_list(QueryOptions::default()).unwrap().0;
+    assert!(s[0].name.chars().count() < 300, "{}", s[0].name);
+    signal(child.0.id(), libc::SIGTERM);
+    let st = wait_exit(&mut child.0, LONG);
+    assert_eq!(st.code(), Some(143));
+}
+
+#[test]
+fn migration_hints_for_shell_lines_and_missing_interpreters() {
+    let server = start_server();
+    let o = run_out(&server, &["run", "--key", "k", "--", "echo a && echo b"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        stderr(&o).contains("command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run_out(&server, &["run", "--key", "k", "--", "no-such-command-xyz"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(!stderr(&o).contains("--shell"), "{}", stderr(&o));
+
+    let script = scratch("interp").join("job.sh");
+    std::fs::write(&script, "#!/nonexistent/bin/bash\necho hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run_out(&server, &["run", "--key", "k", "--", script.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        stderr(&o).contains(&format!(
+            "interpreter /nonexistent/bin/bash of script {} not found",
+            script.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(server.request_count(), 0);
+}
+
+#[test]
+fn negative_durations_get_a_correct_hint() {
+    let server = start_server();
+    for args in [
+        ["run", "--key", "k", "--timeout", "-5s", "--", "true"],
+        ["run", "--key", "k", "--timeout=-5s", "--", "true", "x"],
+    ] {
+        let o = run_out(&server, &args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(125));
+        assert!(err.contains("durations cannot be negative"), "{err}");
+        assert!(!err.contains("'-- -5"), "{err}");
+    }
+    let o = run_out(&server, &["run", "--key", "k", "--busy-exit-code", "-5", "--", "true"]);
+    assert!(!stderr(&o).contains("'-- -5'"), "{}", stderr(&o));
+    assert_eq!(server.request_count(), 0);
+}
+
+#[test]
+fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
+    let server = start_server();
+    // --kill-grace not under --lock-delay gives a warning; -v stamps it like the rest.
+    let o = run_out(
+        &server,
+        &["-v", "run", "--key", "sig", "--kill-grace", "20s", "--", "sh", "-c", "kill -9 $$"],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(137), "{err}");
+    assert!(err.contains("command was killed by signal 9 (SIGKILL; exit code 137)"), "{err}");
+    for line in err.lines() {
+        let stamp = line.split(' ').next().unwrap();
+        assert!(
+            stamp.len() == 27 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+            "line without a timestamp: {line}"
+        );
+    }
+    assert!(err.contains("conlock: warning: --kill-grace"), "{err}");
+}
+
+#[test]
+fn watch_and_status_name_the_target_alike() {
+    let server = start_server();
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["watch", "--prefix", "w1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(w.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.trim_end().ends_with("free     lock w1/.lock"), "{line}");
+    let o = run_out(&server, &["status", "--prefix", "w1"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("lock:  w1/.lock"));
+}
+
+#[test]
+fn status_json_keeps_one_shape_per_kind() {
+    let server = start_server();
+    // Nothing under the prefix: a lock unless told otherwise; .holders is a list either way.
+    let (code, j) = status_json(&server, &["--prefix", "db"]);
+    assert_eq!((code, j["kind"].as_str(), j["state"].as_str()), (Some(1), Some("lock"), Some("free")));
+    assert_eq!(j["holders"], serde_json::json!([]));
+    let (code, j) = status_json(&server, &["--prefix", "db", "--kind", "semaphore"]);
+    assert_eq!((code, j["kind"].as_str()), (Some(1), Some("semaphore")));
+    assert_eq!(j["holders"], serde_json::json!([]));
+
+    // Two holders and a waiter on a 2-slot semaphore.
+    let dir = scratch("semjson");
+    let mut kids = Vec::new();
+    for i in 0..3 {
+        let m = dir.join(format!("m{i}"));
+        kids.push(KillOnDrop(
+            conlock(&server)
+                .args(["sem", "--limit", "2", "--prefix", "db", "--"])
+                .args(marked(&m, "sleep 60"))
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    assert!(wait_for(LONG, || {
+        let (_, j) = status_json(&server, &["--prefix", "db"]);
+        j["holders"].as_array().map(Vec::len) == Some(2) && j["waiting"] == 1
+    }));
+    let (code, j) = status_json(&server, &["--prefix", "db"]);
+    assert_eq!((code, j["kind"].as_str(), j["state"].as_str()), (Some(0), Some("semaphore"), Some("held")));
+    // The wrong kind for what Consul holds is an error, not a guess.
+    let o = run_out(&server, &["status", "--prefix", "db", "--kind", "lock"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    for k in &mut kids {
+        signal(k.0.id(), libc::SIGTERM);
+    }
+    for k in &mut kids {
+        wait_exit(&mut k.0, LONG);
+    }
+    // Emptied again: still a semaphore when asked as one.
+    let (code, j) = status_json(&server, &["--prefix", "db", "--kind", "semaphore"]);
+    assert_eq!((code, j["state"].as_str(), &j["holders"]), (Some(1), Some("free"), &serde_json::json!([])));
+
+    // A held lock.
+    let mut h = KillOnDrop(start_holder(&server, "lk", &[], "sleep 60"));
+    let (code, j) = status_json(&server, &["--key", "lk"]);
+    assert_eq!((code, j["state"].as_str()), (Some(0), Some("held")));
+    assert_eq!(j["holders"][0]["session"], j["holder"]["session"]);
+    assert_eq!(j["holder"]["value"]["lock_delay"], "15s");
+    signal(h.0.id(), libc::SIGTERM);
+    wait_exit(&mut h.0, LONG);
+    let (code, j) = status_json(&server, &["--key", "lk"]);
+    assert_eq!((code, j["state"].as_str()), (Some(1), Some("free")));
+}
+
+#[test]
+fn status_agrees_with_run_during_a_lock_delay() {
+    let server = start_server();
+    let c = client(&server);
+    // A holder whose session is invalidated leaves the key without a session.
+    let sid = c
+        .session_create(&SessionRequest {
+            name: "doomed".into(),
+            lock_delay: Some("30s".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let value = br#"{"host":"h","pid":1,"command":"job","started":"2026-11-21T13:45:26.123Z","lock_delay":"30s"}"#;
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        acquire: Some(&sid),
+        ..Default::default()
+    };
+    assert!(c.kv_put("ld/.lock", value, put).unwrap());
+    assert!(c.session_destroy(&sid).unwrap());
+
+    let o = run_out(&server, &["run", "--prefix", "ld", "--timeout", "0s", "--", "true"]);
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    let o = run_out(&server, &["status", "--prefix", "ld"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("free, but a lock-delay of up to 30s may still block new holders"),
+        "{text}"
+    );
+    let (code, j) = status_json(&server, &["--prefix", "ld"]);
+    assert_eq!((code, j["state"].as_str()), (Some(2), Some("lock-delay")));
+    assert_eq!(j["lock_delay"]["up_to_ns"], 30_000_000_000u64);
+    assert_eq!(j["held"], false);
+}
+
+#[test]
+fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
+    let server = start_server();
+    let help = std::process::Command::new(BIN)
+        .args(["dev-server", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--session-ttl-min"), "{text}");
+    for opt in ["--http-addr", "--token", "--ca-file", "--datacenter"] {
+        assert!(!text.contains(opt), "dev-server --help lists {opt}");
+    }
+    let o = std::process::Command::new(BIN)
+        .args(["dev-server", "--http-addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    let o = std::process::Command::new(BIN)
+        .args(["--http-addr", "127.0.0.1:1", "dev-server", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--http-addr applies to run, sem, status, watch and break"));
+    // Before or after the subcommand; after wins.
+    let addr = server.addr().to_string();
+    let o = conlock(&server)
+        .env_remove("CONSUL_HTTP_ADDR")
+        .args(["--http-addr", &addr, "status", "--key", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = conlock(&server)
+        .env_remove("CONSUL_HTTP_ADDR")
+        .args(["--http-addr", "127.0.0.1:1", "status", "--http-addr", &addr, "--key", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
+
+#[test]
+fn man_pages_and_help_name_what_operators_type() {
+    let o = std::process::Command::new(BIN).args(["man", "run"]).output().unwrap();
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(page.contains(".SH SYNOPSIS\n\\fBconlock run\\fR"), "{}", &page[..400]);
+    for sub in [None, Some("run"), Some("sem"), Some("status")] {
+        let mut c = std::process::Command::new(BIN);
+        c.args(sub).arg("--help");
+        let help = String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned();
+        for var in ["CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_TLS_SERVER_NAME"] {
+            assert!(help.contains(var), "{sub:?} --help lacks {var}");
+        }
+    }
+    let help = std::process::Command::new(BIN).args(["break", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("1    declined at the confirmation prompt"));
+}
