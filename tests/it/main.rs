@@ -12,4 +12,5 @@ mod review;
 mod schema;
 mod run;
 mod sem;
+mod tls;
 mod wire;
