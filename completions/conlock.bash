@@ -77,7 +77,7 @@ _conlock() {
 
     case "${cmd}" in
         conlock)
-            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version run sem status watch break dev-server completions man help"
+            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version run sem status watch break dev-server completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -119,6 +119,10 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -127,7 +131,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__break)
-            opts="-y -v -q -h -V --key --prefix --session --yes --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-y -v -q -h -V --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --session --yes --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -141,8 +145,8 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --session)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                --kind)
+                    COMPREPLY=($(compgen -W "auto lock semaphore" -- "${cur}"))
                     return 0
                     ;;
                 --http-addr)
@@ -178,6 +182,14 @@ _conlock() {
                     return 0
                     ;;
                 --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --session)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -189,48 +201,12 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__completions)
-            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version bash elvish fish powershell zsh"
+            opts="-v -q -h -V --verbose --quiet --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --http-addr)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-path)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --datacenter)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --namespace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -239,7 +215,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__dev__subcmd__server)
-            opts="-v -q -h -V --addr --session-ttl-min --acl-token --node-name --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-v -q -h -V --addr --session-ttl-min --acl-token --node-name --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -258,42 +234,6 @@ _conlock() {
                     return 0
                     ;;
                 --node-name)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --http-addr)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-path)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --datacenter)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --namespace)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -445,48 +385,12 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__man)
-            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-v -q -h -V --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --http-addr)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ca-path)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --datacenter)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --namespace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -495,7 +399,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__run)
-            opts="-v -q -h -V --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-v -q -h -V --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -597,6 +501,10 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -605,7 +513,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__sem)
-            opts="-n -v -q -h -V --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-n -v -q -h -V --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -707,6 +615,10 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -715,7 +627,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__status)
-            opts="-v -q -h -V --key --prefix --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-v -q -h -V --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -727,6 +639,10 @@ _conlock() {
                     ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kind)
+                    COMPREPLY=($(compgen -W "auto lock semaphore" -- "${cur}"))
                     return 0
                     ;;
                 --http-addr)
@@ -762,6 +678,10 @@ _conlock() {
                     return 0
                     ;;
                 --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -773,7 +693,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__watch)
-            opts="-v -q -h -V --key --prefix --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --verbose --quiet --help --version"
+            opts="-v -q -h -V --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -785,6 +705,10 @@ _conlock() {
                     ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kind)
+                    COMPREPLY=($(compgen -W "auto lock semaphore" -- "${cur}"))
                     return 0
                     ;;
                 --http-addr)
@@ -820,6 +744,10 @@ _conlock() {
                     return 0
                     ;;
                 --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

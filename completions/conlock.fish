@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_conlock_global_optspecs
-    string join \n http-addr= token= token-file= ca-file= ca-path= client-cert= client-key= datacenter= namespace= v/verbose q/quiet h/help V/version
+    string join \n http-addr= token= token-file= ca-file= ca-path= client-cert= client-key= datacenter= namespace= tls-server-name= v/verbose q/quiet h/help V/version
 end
 
 function __fish_conlock_needs_command
@@ -24,22 +24,23 @@ function __fish_conlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c conlock -n "__fish_conlock_needs_command" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_needs_command" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_needs_command" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_needs_command" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_needs_command" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_needs_command" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_needs_command" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_needs_command" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
+complete -c conlock -n "__fish_conlock_needs_command" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_needs_command" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_needs_command" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "run" -d 'Run a command while holding a lock (one holder at a time)'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "sem" -d 'Run a command while holding one of N semaphore slots'
-complete -c conlock -n "__fish_conlock_needs_command" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free)'
+complete -c conlock -n "__fish_conlock_needs_command" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "watch" -d 'Print a line (or run a handler) each time the holder changes'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
@@ -62,15 +63,16 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-signal -d '
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-grace -d 'Time between that signal and SIGKILL' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry-time -d 'Pause between those reads' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 'Timestamped progress lines on stderr'
@@ -91,15 +93,16 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-signal -d '
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-grace -d 'Time between that signal and SIGKILL' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry-time -d 'Pause between those reads' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 'Timestamped progress lines on stderr'
@@ -108,31 +111,39 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Pr
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l key -d 'A lock key' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l prefix -d 'A lock (PREFIX/.lock) or a semaphore under PREFIX' -r
-complete -c conlock -n "__fish_conlock_using_subcommand status" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l kind -d 'What --prefix names: auto reads it from Consul, which cannot tell an idle semaphore (nothing left under PREFIX) from a free lock and then reports a lock' -r -f -a "auto\t''
+lock\t''
+semaphore\t''"
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand status" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/guide.md)'
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/status.schema.json)'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l key -d 'A lock key' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l prefix -d 'A lock (PREFIX/.lock) or a semaphore under PREFIX' -r
-complete -c conlock -n "__fish_conlock_using_subcommand watch" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -l kind -d 'What --prefix names: auto reads it from Consul, which cannot tell an idle semaphore (nothing left under PREFIX) from a free lock and then reports a lock' -r -f -a "auto\t''
+lock\t''
+semaphore\t''"
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand watch" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l json -d 'One JSON object per line'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s q -l quiet -d 'Only errors on stderr'
@@ -140,16 +151,20 @@ complete -c conlock -n "__fish_conlock_using_subcommand watch" -s h -l help -d '
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l key -d 'A lock key' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l prefix -d 'A lock (PREFIX/.lock) or a semaphore under PREFIX' -r
-complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
-complete -c conlock -n "__fish_conlock_using_subcommand break" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l kind -d 'What --prefix names: auto reads it from Consul, which cannot tell an idle semaphore (nothing left under PREFIX) from a free lock and then reports a lock' -r -f -a "auto\t''
+lock\t''
+semaphore\t''"
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand break" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l ca-file -d 'CA certificate file for HTTPS; CONSUL_HTTP_SSL_VERIFY=false skips verification (testing only) [env: CONSUL_CACERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 'Only errors on stderr'
@@ -159,48 +174,21 @@ complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l addr -d '
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l session-ttl-min -d 'Lowest session TTL accepted, like Consul\'s session_ttl_min' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l acl-token -d 'Require this ACL token on every request' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l node-name -d 'Node name the server reports' -r
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s V -l version -d 'Print version'
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l ca-file -d 'CA certificate file for HTTPS [env: CONSUL_CACERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l ca-path -d 'Directory of CA certificates for HTTPS [env: CONSUL_CAPATH]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l client-cert -d 'Client certificate for HTTPS [env: CONSUL_CLIENT_CERT]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l client-key -d 'Client key for HTTPS [env: CONSUL_CLIENT_KEY]' -r -F
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand man" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "run" -d 'Run a command while holding a lock (one holder at a time)'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "sem" -d 'Run a command while holding one of N semaphore slots'
-complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free)'
+complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "watch" -d 'Print a line (or run a handler) each time the holder changes'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'

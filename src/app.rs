@@ -123,8 +123,12 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     let value = match (&hold.value, &hold.value_file) {
         (Some(v), _) => HolderValue::Given(v.clone().into_bytes()),
         (None, Some(path)) => HolderValue::Given(
-            crate::readfile::read_bounded(path, MAX_VALUE_BYTES as u64, "512 KiB, Consul's value limit")
-                .map_err(|e| Error::Usage(format!("--value-file {}: {e}", path.display())))?,
+            crate::readfile::read_bounded(
+                path,
+                MAX_VALUE_BYTES as u64,
+                "512 KiB, Consul's value limit",
+            )
+            .map_err(|e| Error::Usage(format!("--value-file {}: {e}", path.display())))?,
         ),
         // The command is cut so that a huge command line still fits Consul's value limit.
         (None, None) => HolderValue::Default {
@@ -221,7 +225,10 @@ pub fn normalize_key(raw: &str, flag: &str) -> Result<String> {
     // with a redirect to the cleaned path, so such a key can never be locked. A trailing
     // `/` on --key is kept: Consul stores such keys as given.
     let inner = k.strip_suffix('/').unwrap_or(k);
-    if let Some(seg) = inner.split('/').find(|s| s.is_empty() || *s == "." || *s == "..") {
+    if let Some(seg) = inner
+        .split('/')
+        .find(|s| s.is_empty() || *s == "." || *s == "..")
+    {
         let what = if seg.is_empty() {
             "an empty segment (//)".to_string()
         } else {

@@ -355,11 +355,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     // Hyphen values reach us (allow_hyphen_values) so that `-5s` gets this answer rather
     // than clap's advice to write `-- -5s`, which would make it part of the command.
     if let Some(rest) = s.trim_start().strip_prefix('-') {
-        return Err(if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
-            "durations cannot be negative".into()
-        } else {
-            "expected a duration such as 30s (the value is missing)".into()
-        });
+        return Err(
+            if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+                "durations cannot be negative".into()
+            } else {
+                "expected a duration such as 30s (the value is missing)".into()
+            },
+        );
     }
     crate::duration::parse(s).map_err(|e| e.trim_start_matches("time: ").to_string())
 }

@@ -42,7 +42,11 @@ fn usage_error_line(rendered: &str) -> String {
     // clap's tip "to pass '-5' as a value, use '-- -5'" is wrong here: `--` starts the
     // command, so the value would become part of it.
     if let Some(at) = folded.find(" tip: to pass '") {
-        let value = folded[at + 15..].split('\'').next().unwrap_or("").to_string();
+        let value = folded[at + 15..]
+            .split('\'')
+            .next()
+            .unwrap_or("")
+            .to_string();
         folded.truncate(at);
         folded.push_str(&format!(
             "; to give {value:?} as an option's value, attach it: --option={value}"

@@ -133,11 +133,12 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
         }
     }
     // A whole shell line given as one word is the usual `consul lock` habit.
-    let hint = if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
-        " (a whole shell line? use --shell)"
-    } else {
-        ""
-    };
+    let hint =
+        if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
+            " (a whole shell line? use --shell)"
+        } else {
+            ""
+        };
     Err(first_err.unwrap_or_else(|| {
         Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
     }))
@@ -429,7 +430,10 @@ pub fn describe_end(code: i32) -> String {
     let sig = CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst);
     match Signal::try_from(sig) {
         Ok(s) if sig != 0 && code == 128 + sig => {
-            format!("was killed by signal {sig} ({}; exit code {code})", s.as_str())
+            format!(
+                "was killed by signal {sig} ({}; exit code {code})",
+                s.as_str()
+            )
         }
         _ => format!("exited with {code}"),
     }

@@ -137,7 +137,11 @@ impl Client {
             (true, Some(name)) => {
                 // rustls takes the name to send (SNI) and to verify from the URL's host, so
                 // the URL names the server and the resolver connects to the real address.
-                let port = cfg.addr.rsplit_once(':').map_or("8501", |(_, p)| p).to_string();
+                let port = cfg
+                    .addr
+                    .rsplit_once(':')
+                    .map_or("8501", |(_, p)| p)
+                    .to_string();
                 let resolver = PinnedResolver {
                     name: format!("{}:{port}", host_for_url(&name)),
                     real: cfg.base_url.clone(),
@@ -637,8 +641,12 @@ fn encode(s: &str, keep: impl Fn(u8) -> bool) -> String {
 }
 
 fn read_pem_file(f: &FileSetting) -> Result<Vec<u8>> {
-    crate::readfile::read_bounded(&f.path, crate::readfile::PEM_LIMIT, "the certificate file limit")
-        .map_err(|e| ConsulError::Tls(format!("{} (from {}): {e}", f.path.display(), f.origin)))
+    crate::readfile::read_bounded(
+        &f.path,
+        crate::readfile::PEM_LIMIT,
+        "the certificate file limit",
+    )
+    .map_err(|e| ConsulError::Tls(format!("{} (from {}): {e}", f.path.display(), f.origin)))
 }
 
 fn certs_from_pem(bytes: &[u8], f: &FileSetting) -> Result<Vec<ureq::tls::Certificate<'static>>> {

@@ -74,7 +74,9 @@ pub enum ConfigError {
     InvalidBool { var: String, value: String },
     #[error("the ACL token from {origin} contains a control character; check it for stray bytes")]
     TokenControl { origin: String },
-    #[error("invalid TLS server name {value:?} (from {origin}): expected a DNS name or an IP address")]
+    #[error(
+        "invalid TLS server name {value:?} (from {origin}): expected a DNS name or an IP address"
+    )]
     InvalidServerName { value: String, origin: String },
 }
 
@@ -226,7 +228,10 @@ fn resolve_token(
     let (token, origin) = resolve_token_unchecked(flags, env)?;
     // A control character would make the request header invalid, which the HTTP library
     // reports as if Consul were unreachable.
-    if token.as_deref().is_some_and(|t| t.chars().any(char::is_control)) {
+    if token
+        .as_deref()
+        .is_some_and(|t| t.chars().any(char::is_control))
+    {
         return Err(ConfigError::TokenControl { origin });
     }
     Ok((token, origin))
@@ -240,12 +245,16 @@ fn resolve_token_unchecked(
         return Ok((Some(t.clone()), "--token".into()));
     }
     let read = |path: &PathBuf, origin: &str| -> Result<(Option<String>, String), ConfigError> {
-        let bytes = crate::readfile::read_bounded(path, crate::readfile::TOKEN_LIMIT, "the token file limit")
-            .map_err(|reason| ConfigError::TokenFile {
-                path: path.display().to_string(),
-                origin: origin.to_string(),
-                reason,
-            })?;
+        let bytes = crate::readfile::read_bounded(
+            path,
+            crate::readfile::TOKEN_LIMIT,
+            "the token file limit",
+        )
+        .map_err(|reason| ConfigError::TokenFile {
+            path: path.display().to_string(),
+            origin: origin.to_string(),
+            reason,
+        })?;
         let text = String::from_utf8_lossy(&bytes);
         let token = text.trim().to_string();
         Ok((
@@ -278,9 +287,9 @@ fn resolve_server_name(
     let ok = !name.is_empty()
         && name.len() <= 253
         && (name.parse::<std::net::IpAddr>().is_ok()
-            || name
-                .split('.')
-                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')));
+            || name.split('.').all(|l| {
+                !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            }));
     if !ok {
         return Err(ConfigError::InvalidServerName {
             value: name,
@@ -433,6 +442,9 @@ mod tests {
             tls_server_name: Some("a b".into()),
             ..Default::default()
         };
-        assert!(resolve(&flags, &[]).unwrap_err().to_string().contains("--tls-server-name"));
+        assert!(resolve(&flags, &[])
+            .unwrap_err()
+            .to_string()
+            .contains("--tls-server-name"));
     }
 }

@@ -79,7 +79,7 @@ pub enum Snapshot {
         lock_index: u64,
         modify_index: u64,
         /// Set when the lock is free but a lock-delay may still block new holders.
-        lock_delay: Option<LockDelayHint>,
+        lock_delay: Option<Box<LockDelayHint>>,
     },
     Semaphore {
         prefix: String,
@@ -267,14 +267,14 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
     }
     let lock_delay = pair.filter(|p| p.holder().is_none()).map(|p| {
         let value = decode_value(p.value_bytes());
-        LockDelayHint {
+        Box::new(LockDelayHint {
             up_to_ns: value
                 .get("lock_delay")
                 .and_then(Value::as_str)
                 .and_then(|d| crate::duration::parse(d).ok())
                 .map(|d| d.as_nanos() as u64),
             value,
-        }
+        })
     });
     Ok(Snapshot::Lock {
         key: key.to_string(),

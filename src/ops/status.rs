@@ -40,11 +40,18 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                     Some(d) => {
                         let up_to = d.up_to_ns.map_or_else(
                             || "the last holder's lock-delay (15s unless it set another)".into(),
-                            |ns| format!("up to {}", crate::duration::format(std::time::Duration::from_nanos(ns))),
+                            |ns| {
+                                format!(
+                                    "up to {}",
+                                    crate::duration::format(std::time::Duration::from_nanos(ns))
+                                )
+                            },
                         );
                         rows.push((
                             "state".into(),
-                            format!("free, but a lock-delay of {up_to} may still block new holders"),
+                            format!(
+                                "free, but a lock-delay of {up_to} may still block new holders"
+                            ),
                         ));
                         rows.push((
                             "why".into(),

@@ -40,7 +40,11 @@ fn refused_before_any_request(server: &DevServer, o: &Output, want: &str) {
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(err.contains(want), "wanted {want:?} in {err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert_eq!(server.request_count(), 0, "a request reached the server: {err}");
+    assert_eq!(
+        server.request_count(),
+        0,
+        "a request reached the server: {err}"
+    );
 }
 
 #[test]
@@ -75,12 +79,33 @@ fn keys_with_empty_dot_or_dotdot_segments_are_refused_first() {
 #[test]
 fn files_are_read_up_to_their_limit() {
     let server = start_server();
-    let cases: [(&[&str], &[(&str, &str)], &str); 7] = [
-        (&["--token-file", "/dev/zero"], &[], "larger than 65536 bytes"),
-        (&[], &[("CONSUL_HTTP_TOKEN_FILE", "/dev/zero")], "larger than 65536 bytes"),
-        (&["--value-file", "/dev/zero"], &[], "larger than 524288 bytes (512 KiB"),
-        (&["--ca-file", "/dev/zero"], &[], "larger than 1048576 bytes"),
-        (&[], &[("CONSUL_CACERT", "/dev/zero")], "larger than 1048576 bytes"),
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 7] = [
+        (
+            &["--token-file", "/dev/zero"],
+            &[],
+            "larger than 65536 bytes",
+        ),
+        (
+            &[],
+            &[("CONSUL_HTTP_TOKEN_FILE", "/dev/zero")],
+            "larger than 65536 bytes",
+        ),
+        (
+            &["--value-file", "/dev/zero"],
+            &[],
+            "larger than 524288 bytes (512 KiB",
+        ),
+        (
+            &["--ca-file", "/dev/zero"],
+            &[],
+            "larger than 1048576 bytes",
+        ),
+        (
+            &[],
+            &[("CONSUL_CACERT", "/dev/zero")],
+            "larger than 1048576 bytes",
+        ),
         (
             &["--client-cert", "/dev/zero", "--client-key", "/dev/zero"],
             &[],
@@ -88,7 +113,10 @@ fn files_are_read_up_to_their_limit() {
         ),
         (
             &[],
-            &[("CONSUL_CLIENT_CERT", "/dev/zero"), ("CONSUL_CLIENT_KEY", "/dev/zero")],
+            &[
+                ("CONSUL_CLIENT_CERT", "/dev/zero"),
+                ("CONSUL_CLIENT_KEY", "/dev/zero"),
+            ],
             "larger than 1048576 bytes",
         ),
     ];
@@ -131,10 +159,17 @@ fn a_denial_without_a_token_says_to_set_one() {
     let o = run_out(&server, &["status", "--key", "k"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(err.contains("no ACL token was sent: set CONSUL_HTTP_TOKEN"), "{err}");
+    assert!(
+        err.contains("no ACL token was sent: set CONSUL_HTTP_TOKEN"),
+        "{err}"
+    );
     assert!(!err.contains("from no token"), "{err}");
     let o = run_out(&server, &["status", "--key", "k", "--token", "wrong"]);
-    assert!(stderr(&o).contains("check the ACL token from --token"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("check the ACL token from --token"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -184,7 +219,11 @@ fn a_huge_command_line_is_cut_in_the_default_value() {
     assert!(pair.value_bytes().len() <= 512 * 1024);
     let v: serde_json::Value = serde_json::from_slice(pair.value_bytes()).unwrap();
     let command = v["command"].as_str().unwrap();
-    assert!(command.starts_with("sh -c touch") && command.ends_with('…'), "{}", &command[..80]);
+    assert!(
+        command.starts_with("sh -c touch") && command.ends_with('…'),
+        "{}",
+        &command[..80]
+    );
     assert_eq!(v["lock_delay"], "15s");
     let s = c.session_list(QueryOptions::default()).unwrap().0;
     assert!(s[0].name.chars().count() < 300, "{}", s[0].name);
@@ -199,7 +238,9 @@ fn migration_hints_for_shell_lines_and_missing_interpreters() {
     let o = run_out(&server, &["run", "--key", "k", "--", "echo a && echo b"]);
     assert_eq!(o.status.code(), Some(127));
     assert!(
-        stderr(&o).contains("command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)"),
+        stderr(&o).contains(
+            "command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)"
+        ),
         "{}",
         stderr(&o)
     );
@@ -211,7 +252,10 @@ fn migration_hints_for_shell_lines_and_missing_interpreters() {
     std::fs::write(&script, "#!/nonexistent/bin/bash\necho hi\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = run_out(&server, &["run", "--key", "k", "--", script.to_str().unwrap()]);
+    let o = run_out(
+        &server,
+        &["run", "--key", "k", "--", script.to_str().unwrap()],
+    );
     assert_eq!(o.status.code(), Some(127));
     assert!(
         stderr(&o).contains(&format!(
@@ -237,7 +281,10 @@ fn negative_durations_get_a_correct_hint() {
         assert!(err.contains("durations cannot be negative"), "{err}");
         assert!(!err.contains("'-- -5"), "{err}");
     }
-    let o = run_out(&server, &["run", "--key", "k", "--busy-exit-code", "-5", "--", "true"]);
+    let o = run_out(
+        &server,
+        &["run", "--key", "k", "--busy-exit-code", "-5", "--", "true"],
+    );
     assert!(!stderr(&o).contains("'-- -5'"), "{}", stderr(&o));
     assert_eq!(server.request_count(), 0);
 }
@@ -248,11 +295,25 @@ fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
     // --kill-grace not under --lock-delay gives a warning; -v stamps it like the rest.
     let o = run_out(
         &server,
-        &["-v", "run", "--key", "sig", "--kill-grace", "20s", "--", "sh", "-c", "kill -9 $$"],
+        &[
+            "-v",
+            "run",
+            "--key",
+            "sig",
+            "--kill-grace",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $$",
+        ],
     );
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(137), "{err}");
-    assert!(err.contains("command was killed by signal 9 (SIGKILL; exit code 137)"), "{err}");
+    assert!(
+        err.contains("command was killed by signal 9 (SIGKILL; exit code 137)"),
+        "{err}"
+    );
     for line in err.lines() {
         let stamp = line.split(' ').next().unwrap();
         assert!(
@@ -278,7 +339,10 @@ fn watch_and_status_name_the_target_alike() {
     std::io::BufReader::new(w.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(line.trim_end().ends_with("free     lock w1/.lock"), "{line}");
+    assert!(
+        line.trim_end().ends_with("free     lock w1/.lock"),
+        "{line}"
+    );
     let o = run_out(&server, &["status", "--prefix", "w1"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("lock:  w1/.lock"));
 }
@@ -288,7 +352,10 @@ fn status_json_keeps_one_shape_per_kind() {
     let server = start_server();
     // Nothing under the prefix: a lock unless told otherwise; .holders is a list either way.
     let (code, j) = status_json(&server, &["--prefix", "db"]);
-    assert_eq!((code, j["kind"].as_str(), j["state"].as_str()), (Some(1), Some("lock"), Some("free")));
+    assert_eq!(
+        (code, j["kind"].as_str(), j["state"].as_str()),
+        (Some(1), Some("lock"), Some("free"))
+    );
     assert_eq!(j["holders"], serde_json::json!([]));
     let (code, j) = status_json(&server, &["--prefix", "db", "--kind", "semaphore"]);
     assert_eq!((code, j["kind"].as_str()), (Some(1), Some("semaphore")));
@@ -312,7 +379,10 @@ fn status_json_keeps_one_shape_per_kind() {
         j["holders"].as_array().map(Vec::len) == Some(2) && j["waiting"] == 1
     }));
     let (code, j) = status_json(&server, &["--prefix", "db"]);
-    assert_eq!((code, j["kind"].as_str(), j["state"].as_str()), (Some(0), Some("semaphore"), Some("held")));
+    assert_eq!(
+        (code, j["kind"].as_str(), j["state"].as_str()),
+        (Some(0), Some("semaphore"), Some("held"))
+    );
     // The wrong kind for what Consul holds is an error, not a guess.
     let o = run_out(&server, &["status", "--prefix", "db", "--kind", "lock"]);
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
@@ -324,7 +394,10 @@ fn status_json_keeps_one_shape_per_kind() {
     }
     // Emptied again: still a semaphore when asked as one.
     let (code, j) = status_json(&server, &["--prefix", "db", "--kind", "semaphore"]);
-    assert_eq!((code, j["state"].as_str(), &j["holders"]), (Some(1), Some("free"), &serde_json::json!([])));
+    assert_eq!(
+        (code, j["state"].as_str(), &j["holders"]),
+        (Some(1), Some("free"), &serde_json::json!([]))
+    );
 
     // A held lock.
     let mut h = KillOnDrop(start_holder(&server, "lk", &[], "sleep 60"));
@@ -359,7 +432,10 @@ fn status_agrees_with_run_during_a_lock_delay() {
     assert!(c.kv_put("ld/.lock", value, put).unwrap());
     assert!(c.session_destroy(&sid).unwrap());
 
-    let o = run_out(&server, &["run", "--prefix", "ld", "--timeout", "0s", "--", "true"]);
+    let o = run_out(
+        &server,
+        &["run", "--prefix", "ld", "--timeout", "0s", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
     let o = run_out(&server, &["status", "--prefix", "ld"]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -392,7 +468,13 @@ fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
         .unwrap();
     assert_eq!(o.status.code(), Some(125));
     let o = std::process::Command::new(BIN)
-        .args(["--http-addr", "127.0.0.1:1", "dev-server", "--addr", "127.0.0.1:0"])
+        .args([
+            "--http-addr",
+            "127.0.0.1:1",
+            "dev-server",
+            "--addr",
+            "127.0.0.1:0",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
@@ -407,7 +489,15 @@ fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let o = conlock(&server)
         .env_remove("CONSUL_HTTP_ADDR")
-        .args(["--http-addr", "127.0.0.1:1", "status", "--http-addr", &addr, "--key", "k"])
+        .args([
+            "--http-addr",
+            "127.0.0.1:1",
+            "status",
+            "--http-addr",
+            &addr,
+            "--key",
+            "k",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -415,17 +505,33 @@ fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
 
 #[test]
 fn man_pages_and_help_name_what_operators_type() {
-    let o = std::process::Command::new(BIN).args(["man", "run"]).output().unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["man", "run"])
+        .output()
+        .unwrap();
     let page = String::from_utf8_lossy(&o.stdout);
-    assert!(page.contains(".SH SYNOPSIS\n\\fBconlock run\\fR"), "{}", &page[..400]);
+    assert!(
+        page.contains(".SH SYNOPSIS\n\\fBconlock run\\fR"),
+        "{}",
+        &page[..400]
+    );
     for sub in [None, Some("run"), Some("sem"), Some("status")] {
         let mut c = std::process::Command::new(BIN);
         c.args(sub).arg("--help");
         let help = String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned();
-        for var in ["CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_TLS_SERVER_NAME"] {
+        for var in [
+            "CONSUL_HTTP_SSL",
+            "CONSUL_HTTP_SSL_VERIFY",
+            "CONSUL_TLS_SERVER_NAME",
+        ] {
             assert!(help.contains(var), "{sub:?} --help lacks {var}");
         }
     }
-    let help = std::process::Command::new(BIN).args(["break", "--help"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&help.stdout).contains("1    declined at the confirmation prompt"));
+    let help = std::process::Command::new(BIN)
+        .args(["break", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("1    declined at the confirmation prompt")
+    );
 }

@@ -107,7 +107,11 @@ pub fn status_schema() -> Value {
 pub fn assert_status_valid(value: &Value) {
     let schema = status_schema();
     let errs = validate(&schema, &schema, value, "$");
-    assert!(errs.is_empty(), "{value:#}\ndoes not match docs/status.schema.json:\n{}", errs.join("\n"));
+    assert!(
+        errs.is_empty(),
+        "{value:#}\ndoes not match docs/status.schema.json:\n{}",
+        errs.join("\n")
+    );
 }
 
 #[test]

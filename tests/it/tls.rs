@@ -147,15 +147,31 @@ fn tls_server_name_checks_the_certificate_name_and_sends_sni() {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(err.contains("not valid for name"), "{err}");
-    assert!(err.contains("--tls-server-name or CONSUL_TLS_SERVER_NAME"), "{err}");
+    assert!(
+        err.contains("--tls-server-name or CONSUL_TLS_SERVER_NAME"),
+        "{err}"
+    );
 
-    let o = with(&[], &["status", "--key", "k", "--tls-server-name", "consul.test"]);
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = with(
+        &[],
+        &["status", "--key", "k", "--tls-server-name", "consul.test"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = with(
         &[("CONSUL_TLS_SERVER_NAME", "consul.test")],
         &["run", "--key", "tls/k", "--", "true"],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(
         names.lock().unwrap().iter().all(|n| n == "consul.test")
             && !names.lock().unwrap().is_empty(),
@@ -163,7 +179,10 @@ fn tls_server_name_checks_the_certificate_name_and_sends_sni() {
         names.lock().unwrap()
     );
     // The name is checked, not just sent.
-    let o = with(&[("CONSUL_TLS_SERVER_NAME", "other.test")], &["status", "--key", "k"]);
+    let o = with(
+        &[("CONSUL_TLS_SERVER_NAME", "other.test")],
+        &["status", "--key", "k"],
+    );
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not valid for name"));
 }
