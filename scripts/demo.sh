@@ -11,8 +11,12 @@ server=$!
 cleanup() {
   # Stop the demo's jobs first (they release against the running server), then the server.
   local p
-  for p in $(jobs -p); do [ "$p" != "$server" ] && kill -TERM "$p" 2>/dev/null; done
-  for p in $(jobs -p); do [ "$p" != "$server" ] && wait "$p" 2>/dev/null; done
+  for p in $(jobs -p); do
+    if [ "$p" != "$server" ]; then kill -TERM "$p" 2>/dev/null || true; fi
+  done
+  for p in $(jobs -p); do
+    if [ "$p" != "$server" ]; then wait "$p" 2>/dev/null || true; fi
+  done
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
   rm -f "$out"

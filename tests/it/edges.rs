@@ -535,3 +535,50 @@ fn man_pages_and_help_name_what_operators_type() {
         String::from_utf8_lossy(&help.stdout).contains("1    declined at the confirmation prompt")
     );
 }
+
+#[test]
+fn ctrl_c_during_the_demo_releases_before_the_server_stops() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo.sh");
+    let mut demo = KillOnDrop(
+        std::process::Command::new("bash")
+            .args([script, BIN])
+            .env_remove("CONSUL_HTTP_ADDR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let pgid = demo.0.id() as i32;
+    let mut out = std::io::BufReader::new(demo.0.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("got the lock") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the demo ended early"
+        );
+    }
+    // What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
+    unsafe { libc::kill(-pgid, libc::SIGINT) };
+    let st = wait_exit(&mut demo.0, LONG);
+    let mut err = String::new();
+    use std::io::Read;
+    demo.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(st.code(), Some(130), "{err}");
+    for bad in [
+        "could not release",
+        "Connection refused",
+        "could not destroy",
+    ] {
+        assert!(!err.contains(bad), "{err}");
+    }
+}
