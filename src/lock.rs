@@ -48,14 +48,20 @@ impl Lock {
         Ok(())
     }
 
+    /// Reads the key back after acquiring. Also records where we hold it, so that a job
+    /// that ends before the monitor's first answer still releases with one request.
     fn read_held(&self, client: &Client, session_id: &str) -> Result<Option<Held>> {
         let (pair, _) = client.kv_get(&self.key, QueryOptions::default())?;
-        Ok(pair
+        let held = pair
             .filter(|p| p.holder() == Some(session_id))
             .map(|p| Held {
                 lock_index: p.lock_index,
                 modify_index: p.modify_index,
-            }))
+            });
+        if let Some(h) = &held {
+            self.held_at.store(h.modify_index, Ordering::SeqCst);
+        }
+        Ok(held)
     }
 }
 

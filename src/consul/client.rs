@@ -1,10 +1,12 @@
 //! Blocking HTTP client for the parts of Consul's API that conlock uses.
 
 use std::io::Read;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 
 use super::config::{ConnConfig, FileSetting};
 use super::types::{AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest};
@@ -131,8 +133,13 @@ impl Client {
         if cfg.is_loopback() {
             builder = builder.proxy(None);
         }
+        let agent = ureq::Agent::with_parts(
+            builder.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            AgentResolver::default(),
+        );
         Ok(Client {
-            agent: builder.build().into(),
+            agent,
             cfg: Arc::new(cfg),
             request_timeout: Duration::from_secs(10),
         })
@@ -503,6 +510,74 @@ impl Client {
     }
 }
 
+/// How long a looked-up host name is trusted before it is looked up again.
+const NAME_CACHE: Duration = Duration::from_secs(30);
+
+/// ureq's default resolver starts a thread for every request once a timeout is set, even
+/// for an IP literal. The agent address is nearly always a literal or `localhost`: those
+/// need no lookup at all; other names are looked up (bounded by the timeout) and reused
+/// for `NAME_CACHE`, so DNS changes are still followed.
+#[derive(Debug, Default)]
+struct AgentResolver {
+    cached: Mutex<Option<(String, Instant, ResolvedSocketAddrs)>>,
+}
+
+impl Resolver for AgentResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let (Some(authority), Some(scheme)) = (uri.authority(), uri.scheme_str()) else {
+            return DefaultResolver::default().resolve(uri, config, timeout);
+        };
+        let port = match (authority.port_u16(), scheme) {
+            (Some(p), _) => p,
+            (None, "https") => 443,
+            (None, _) => 80,
+        };
+        if let Some(ips) = ips_without_lookup(authority.host()) {
+            let family = config.ip_family();
+            let mut out = self.empty();
+            for addr in family.keep_wanted(ips.into_iter().map(|ip| SocketAddr::new(ip, port))) {
+                out.push(addr);
+            }
+            return if out.is_empty() {
+                Err(ureq::Error::HostNotFound)
+            } else {
+                Ok(out)
+            };
+        }
+        let key = format!("{scheme}://{authority}");
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, at, addrs)) = &*cached {
+            if *k == key && at.elapsed() < NAME_CACHE {
+                return Ok(addrs.clone());
+            }
+        }
+        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
+        *cached = Some((key, Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
+}
+
+/// The addresses of an IP literal (`[::1]` bracketed) or of `localhost` (RFC 6761: always
+/// loopback); `None` for a name that needs a lookup.
+fn ips_without_lookup(host: &str) -> Option<Vec<IpAddr>> {
+    if host.eq_ignore_ascii_case("localhost") {
+        return Some(vec![
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]);
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().ok().map(|ip| vec![ip])
+}
+
 fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
     match token {
         Some(t) => req.header("X-Consul-Token", t),
@@ -670,6 +745,21 @@ mod tests {
         assert_eq!(next_index(10, 10), 10);
         assert_eq!(next_index(10, 3), 0);
         assert_eq!(next_index(0, 0), 1);
+    }
+
+    #[test]
+    fn literals_and_localhost_need_no_lookup() {
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        assert_eq!(ips_without_lookup("10.1.2.3"), Some(vec![v4]));
+        assert_eq!(
+            ips_without_lookup("[::1]"),
+            Some(vec![IpAddr::V6(Ipv6Addr::LOCALHOST)])
+        );
+        assert_eq!(
+            ips_without_lookup("LocalHost").unwrap()[0],
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        );
+        assert_eq!(ips_without_lookup("consul.service.consul"), None);
     }
 
     #[test]
