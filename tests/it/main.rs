@@ -1,5 +1,6 @@
 //! The one integration test binary: shared helpers plus one module per area.
 
+mod bench;
 mod client;
 mod common;
 mod devserver;
