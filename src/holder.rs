@@ -107,6 +107,9 @@ pub trait Claim: Send + Sync + 'static {
     fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
 }
 
+/// Set by a terminating signal while holding: no `--min-hold` after the command then.
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
 /// Signals that end conlock while it waits, and start the grace period while it holds.
 const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
@@ -311,12 +314,21 @@ fn hold_guarded(
     stop_monitor.store(true, Ordering::SeqCst);
     // The whole process group is gone: now the claim may go. Bounded in total, so an
     // agent that stopped answering does not keep us (and whoever waits for our exit).
-    let cleanup = client.with_deadline(Instant::now() + CLEANUP_BUDGET);
+    let cleanup_end = Instant::now() + CLEANUP_BUDGET;
+    let cleanup = client.with_deadline(cleanup_end);
     claim.release(&cleanup, &session_id);
     if !matches!(outcome, Outcome::Lost(_)) {
         events::emit("released", serde_json::json!({ "session": session_id }));
     }
-    session.destroy_with(&cleanup);
+    if Instant::now() < cleanup_end {
+        session.destroy_with(&cleanup);
+    } else {
+        ui::warn(format_args!(
+            "no time left to destroy session {session_id} (cleanup is bounded to {}); it expires by its TTL",
+            crate::duration::format(CLEANUP_BUDGET)
+        ));
+        drop(session);
+    }
     let (code, how) = exit_of(&outcome);
     match &outcome {
         Outcome::Lost(reason) => ui::verbose(format_args!(
@@ -386,6 +398,10 @@ fn min_hold(
     until: Instant,
     session_deadline: &dyn Fn() -> Instant,
 ) -> Option<String> {
+    if STOP_REQUESTED.load(Ordering::SeqCst) {
+        ui::verbose("stop requested by a signal; not keeping the claim for --min-hold");
+        return None;
+    }
     if Instant::now() < until {
         ui::verbose(format_args!(
             "command done; keeping the claim for --min-hold ({} ms more)",
@@ -439,6 +455,9 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                 let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
                 match &*guard {
                     Phase::Holding(tx) => {
+                        if TERMINATING.contains(&sig) {
+                            STOP_REQUESTED.store(true, Ordering::SeqCst);
+                        }
                         let _ = tx.send(Event::Signal(sig));
                     }
                     Phase::Starting => {
