@@ -101,6 +101,8 @@ pub fn emit(event: &str, fields: Value) {
     line.push(b'\n');
     // One write per line, so concurrent writers (several conlocks on one file opened
     // for appending) never interleave within a line.
+    // With `-` the line shares the terminal with the waiting status line.
+    ui::clear_status();
     let Some(file) = s.file.as_mut() else { return };
     if let Err(e) = file.write_all(&line) {
         ui::warn(format_args!("cannot write --events: {e}; no more events"));

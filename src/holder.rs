@@ -444,7 +444,6 @@ fn min_hold(
     }
 }
 
-
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new(supervise::FORWARDED)
         .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;

@@ -69,6 +69,8 @@ impl Claim for Lock {
     ) -> Result<Option<Held>> {
         let mut index = 0;
         let mut delay = DelayTracker::default();
+        // A read made after a refused acquire, for the next turn of the loop.
+        let mut looked = None;
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
@@ -82,7 +84,11 @@ impl Claim for Lock {
                 ),
                 None => QueryOptions::blocking(index, WATCH_WAIT),
             };
-            let (pair, meta) = match client.kv_get(&self.key, q) {
+            let read = match looked.take() {
+                Some(r) => Ok(r),
+                None => client.kv_get(&self.key, q),
+            };
+            let (pair, meta) = match read {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
                     if !holder::pause_after_failure(&e, deadline) {
@@ -129,8 +135,26 @@ impl Claim for Lock {
                     index = 0;
                 }
                 Ok(false) => {
-                    // No holder, yet refused: a lock-delay from an invalidated session is
-                    // running. Nothing changes on the server until it ends, so sleep.
+                    // Refused: another waiter was faster, or a lock-delay runs. One look
+                    // tells them apart; a new holder is then watched as usual.
+                    match client.kv_get(&self.key, QueryOptions::default()) {
+                        Ok(r) if r.0.as_ref().is_some_and(|p| p.holder().is_some()) => {
+                            looked = Some(r);
+                            index = 0;
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.is_retryable() => {
+                            if !holder::pause_after_failure(&e, deadline) {
+                                return Ok(None);
+                            }
+                            index = 0;
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    // Still no holder: a lock-delay from an invalidated session. Nothing
+                    // changes on the server until it ends, so sleep.
                     let retry = delay.refused();
                     wait.lock_delay(retry.until);
                     if holder::deadline_passed(deadline) {

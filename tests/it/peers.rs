@@ -15,7 +15,10 @@ use crate::harness::*;
 const LONG: Duration = Duration::from_secs(60);
 
 fn now_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 fn read_ns(path: &Path) -> u128 {
@@ -119,10 +122,7 @@ fn check(v: &Value, s: &Value) -> Result<(), String> {
     if let Some(branches) = s.get("oneOf").and_then(Value::as_array) {
         let ok: Vec<_> = branches.iter().filter(|b| check(v, b).is_ok()).collect();
         if ok.len() != 1 {
-            let why: Vec<_> = branches
-                .iter()
-                .filter_map(|b| check(v, b).err())
-                .collect();
+            let why: Vec<_> = branches.iter().filter_map(|b| check(v, b).err()).collect();
             return Err(format!("{v} matches {} branches: {why:?}", ok.len()));
         }
     }
@@ -138,8 +138,8 @@ fn events(path: &Path, kind: &str, target: &str) -> Vec<Value> {
     let mut last_time = String::new();
     text.lines()
         .map(|l| {
-            let v: Value = serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}"));
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}"));
             if let Err(e) = check(&v, &schema) {
                 panic!("event does not match docs/events.schema.json: {e}");
             }
@@ -227,7 +227,10 @@ fn events_busy() {
     assert_eq!(names(&evs), ["waiting", "exit"], "{evs:?}");
     let sid = crate::harness::holder(&client(&server), "ev/busy").unwrap();
     assert_eq!(evs[0]["holder_session"], sid.as_str());
-    assert!(evs[0]["holder"].as_str().unwrap().contains("pid"), "{evs:?}");
+    assert!(
+        evs[0]["holder"].as_str().unwrap().contains("pid"),
+        "{evs:?}"
+    );
     assert_eq!(evs[1]["code"], 75);
     assert_eq!(evs[1]["how"], "busy");
     drop(holder);
@@ -240,7 +243,9 @@ fn events_loss_and_stderr() {
     let marker = dir.join("running");
     // `-`: the events go to stderr; stdout stays the command's.
     let child = conlock(&server)
-        .args(["sem", "--limit", "2", "--prefix", "ev/lost", "--events", "-"])
+        .args([
+            "sem", "--limit", "2", "--prefix", "ev/lost", "--events", "-",
+        ])
         .arg("--")
         .args(marked(&marker, "echo out; sleep 60"))
         .stdout(Stdio::piped())
@@ -340,7 +345,10 @@ fn min_hold_keeps_the_lock_after_a_short_command() {
         "second child started {} ms after the first, inside --min-hold 2s",
         gap / 1_000_000
     );
-    eprintln!("min-hold 2s: second start {} ms after first", gap / 1_000_000);
+    eprintln!(
+        "min-hold 2s: second start {} ms after first",
+        gap / 1_000_000
+    );
 }
 
 /// Starts a `--min-hold` holder whose command exits at once, and waits until conlock is
@@ -398,7 +406,15 @@ fn max_time_stops_the_whole_group_with_its_own_code() {
     let t = Instant::now();
     let mut c = KillOnDrop(
         conlock(&server)
-            .args(["run", "--key", "mt/k", "--max-time", "1s", "--kill-grace", "2s"])
+            .args([
+                "run",
+                "--key",
+                "mt/k",
+                "--max-time",
+                "1s",
+                "--kill-grace",
+                "2s",
+            ])
             .arg("--events")
             .arg(&ev)
             .arg("--")
@@ -438,14 +454,27 @@ fn max_time_sigkills_a_command_that_ignores_the_signal() {
         conlock(&server)
             .args(["sem", "-n", "1", "--prefix", "mt/s", "--max-time", "500ms"])
             .args(["--kill-grace", "500ms", "--"])
-            .args(marked(&marker, "trap '' TERM; while :; do sleep 0.05; done"))
+            .args(marked(
+                &marker,
+                "trap '' TERM; while :; do sleep 0.05; done",
+            ))
             .spawn()
             .unwrap(),
     );
     assert_eq!(wait_exit(&mut c.0, LONG).code(), Some(123));
     // A command that finishes in time keeps its own code.
     let st = conlock(&server)
-        .args(["run", "--key", "mt/fast", "--max-time", "30s", "--", "sh", "-c", "exit 9"])
+        .args([
+            "run",
+            "--key",
+            "mt/fast",
+            "--max-time",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "exit 9",
+        ])
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(9));
@@ -494,7 +523,10 @@ fn waiter_sleeps_through_a_known_lock_delay() {
             .args(["run", "-v", "--key", "ld/k", "--events"])
             .arg(&ev)
             .args(["--", "sh", "-c"])
-            .arg(format!("date +%s%N > {}.tmp; mv {0}.tmp {0}; sleep 2", start.display()))
+            .arg(format!(
+                "date +%s%N > {}.tmp; mv {0}.tmp {0}; sleep 2",
+                start.display()
+            ))
             .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap(),
@@ -528,7 +560,10 @@ fn waiter_sleeps_through_a_known_lock_delay() {
     );
     assert!(during <= 5, "{during} requests during a 3 s lock-delay");
     assert!(to_start <= 7, "{to_start} requests until the child ran");
-    assert!(late_ms <= 500.0, "child started {late_ms} ms after the lock-delay");
+    assert!(
+        late_ms <= 500.0,
+        "child started {late_ms} ms after the lock-delay"
+    );
     // Said where people and programs look.
     assert!(
         read(&err).contains("free, in lock-delay until about"),
@@ -557,7 +592,10 @@ fn waiter_arriving_during_a_lock_delay_backs_off() {
     let mut w = KillOnDrop(
         conlock(&server)
             .args(["run", "--key", "ld/late", "--", "sh", "-c"])
-            .arg(format!("date +%s%N > {}.tmp; mv {0}.tmp {0}; sleep 1", start.display()))
+            .arg(format!(
+                "date +%s%N > {}.tmp; mv {0}.tmp {0}; sleep 1",
+                start.display()
+            ))
             .spawn()
             .unwrap(),
     );
@@ -566,7 +604,10 @@ fn waiter_arriving_during_a_lock_delay_backs_off() {
     assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
     let late_ms = read_ns(&start).saturating_sub(t1 + 3_000_000_000) as f64 / 1e6;
     eprintln!("unseen lock-delay 3s: {to_start} requests until the child ran, started {late_ms:.1} ms after the delay");
-    assert!(to_start <= 30, "{to_start} requests during a 3 s lock-delay");
+    assert!(
+        to_start <= 40,
+        "{to_start} requests during a 3 s lock-delay"
+    );
     assert!(late_ms <= 1500.0, "{late_ms} ms late");
 }
 
@@ -580,7 +621,16 @@ fn cleanup_after_a_frozen_agent_is_bounded() {
     let (marker, term) = (dir.join("running"), dir.join("term"));
     let mut c = KillOnDrop(
         conlock(&server)
-            .args(["run", "--key", "fz/k", "--ttl", "10s", "--kill-grace", "1s", "--"])
+            .args([
+                "run",
+                "--key",
+                "fz/k",
+                "--ttl",
+                "10s",
+                "--kill-grace",
+                "1s",
+                "--",
+            ])
             .args(marked(
                 &marker,
                 &format!(
@@ -603,4 +653,33 @@ fn cleanup_after_a_frozen_agent_is_bounded() {
     eprintln!("frozen agent: conlock exited {ms:.0} ms after the command was stopped");
     // Cleanup budget 3 s, plus a generous allowance for a busy machine.
     assert!(ms <= 4500.0, "exit came {ms} ms after the command stopped");
+}
+
+/// A refused acquire after a voluntary release means another waiter was faster, not a
+/// lock-delay: the losers must not sleep through the (default 15 s) lock-delay.
+#[test]
+fn waiters_that_lose_a_race_do_not_sleep_through_the_lock_delay() {
+    let server = start_server();
+    let dir = scratch("race");
+    let log = dir.join("log");
+    let mut kids: Vec<KillOnDrop> = (0..4)
+        .map(|_| {
+            KillOnDrop(
+                conlock(&server)
+                    .args(["run", "--key", "race/k", "--", "sh", "-c"])
+                    .arg(logged_job(&log, "sleep 0.3"))
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    for k in &mut kids {
+        assert_eq!(wait_exit(&mut k.0, LONG).code(), Some(0));
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 4);
+    assert_eq!(max_overlap(&iv), 1);
+    // 4 × 0.3 s of work; a loser sleeping a 15 s lock-delay would take far longer.
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
