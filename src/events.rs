@@ -88,17 +88,35 @@ pub fn emit(event: &str, fields: Value) {
     if s.file.is_none() {
         return;
     }
-    let mut obj = Map::new();
-    obj.insert("time".into(), ui::timestamp(SystemTime::now()).into());
-    obj.insert("event".into(), event.into());
-    obj.insert("kind".into(), s.kind.into());
-    obj.insert("target".into(), s.target.clone().into());
-    obj.insert("pid".into(), std::process::id().into());
-    if let Value::Object(extra) = fields {
-        obj.extend(extra);
+    // Common fields first, in a fixed order, for people reading the file; then the
+    // event's own fields (in name order).
+    let common = [
+        ("time", Value::from(ui::timestamp(SystemTime::now()))),
+        ("event", event.into()),
+        ("kind", s.kind.into()),
+        ("target", s.target.clone().into()),
+        ("pid", std::process::id().into()),
+    ];
+    let extra = match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut line = Vec::with_capacity(256);
+    line.push(b'{');
+    for (i, (k, v)) in common
+        .iter()
+        .map(|(k, v)| (*k, v))
+        .chain(extra.iter().map(|(k, v)| (k.as_str(), v)))
+        .enumerate()
+    {
+        if i > 0 {
+            line.push(b',');
+        }
+        serde_json::to_writer(&mut line, k).expect("event json");
+        line.push(b':');
+        serde_json::to_writer(&mut line, v).expect("event json");
     }
-    let mut line = serde_json::to_vec(&Value::Object(obj)).expect("event json");
-    line.push(b'\n');
+    line.extend_from_slice(b"}\n");
     // One write per line, so concurrent writers (several conlocks on one file opened
     // for appending) never interleave within a line.
     // With `-` the line shares the terminal with the waiting status line.

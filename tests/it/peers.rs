@@ -140,6 +140,21 @@ fn events(path: &Path, kind: &str, target: &str) -> Vec<Value> {
         .map(|l| {
             let v: Value =
                 serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}"));
+            // The common fields lead, in the documented order.
+            let order: Vec<usize> = [
+                "\"time\":",
+                ",\"event\":",
+                ",\"kind\":",
+                ",\"target\":",
+                ",\"pid\":",
+            ]
+            .iter()
+            .map(|k| l.find(k).unwrap_or_else(|| panic!("no {k} in {l}")))
+            .collect();
+            assert!(
+                l.starts_with("{\"time\":") && order.windows(2).all(|w| w[0] < w[1]),
+                "{l}"
+            );
             if let Err(e) = check(&v, &schema) {
                 panic!("event does not match docs/events.schema.json: {e}");
             }
