@@ -250,7 +250,6 @@ fn hold_guarded(
     ];
     env.extend(claim.env(&held, &session_id));
 
-    let started = Instant::now();
     let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
         Ok(c) => c,
         Err(e) => {
@@ -259,6 +258,9 @@ fn hold_guarded(
             return Err(e);
         }
     };
+    // The spawn returned after the exec: the command has started (--min-hold and
+    // --max-time count from here).
+    let started = Instant::now();
     // Started after the child so that its first request does not slow the spawn; a loss
     // in between is still seen, as the watch starts from the acquisition's index.
     let stop_monitor = Arc::new(AtomicBool::new(false));

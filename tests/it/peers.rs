@@ -558,7 +558,7 @@ fn waiter_sleeps_through_a_known_lock_delay() {
     assert!(server.expire_session(&sid));
     let t1 = now_ns();
     // Requests while the delay runs (sampled shortly before its end).
-    std::thread::sleep(Duration::from_millis(2800));
+    std::thread::sleep(Duration::from_millis(2500));
     let during = server.request_count() - before;
     assert!(wait_for(LONG, || start.exists()));
     let to_start = server.request_count() - before;
