@@ -715,3 +715,148 @@ pub fn serf_health_json(n: &Node) -> J {
         ("ModifyIndex", J::U(n.check_modify_index)),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(st: &mut Store, node: &str, checks: Option<Vec<&str>>, delay: Duration) -> String {
+        let id = crate::devserver::util::uuid_v4();
+        st.session_create(
+            NewSession {
+                id,
+                name: String::new(),
+                node: node.to_string(),
+                checks: checks.map(|c| c.into_iter().map(String::from).collect()),
+                lock_delay_ns: delay.as_nanos() as i64,
+                behavior: Behavior::Release,
+                ttl: String::new(),
+                ttl_dur: None,
+            },
+            Instant::now(),
+        )
+        .expect("session create")
+    }
+
+    /// Consul 1.0.8 echoes any LockDelay but applies at most 60 s
+    /// (`11-lock-delay-cap.json`: refused at 59 s, acquired at 60 s).
+    #[test]
+    fn lock_delay_applied_is_capped_at_60s() {
+        let mut st = Store::new("n");
+        let waiter = session(&mut st, "n", Some(vec!["serfHealth"]), Duration::ZERO);
+        // An injected clock that only moves forward.
+        let mut t0 = Instant::now();
+        for requested in [Duration::from_secs(120), Duration::from_secs(3_600_000)] {
+            t0 += Duration::from_secs(100);
+            let holder = session(&mut st, "n", Some(vec!["serfHealth"]), requested);
+            let echoed = st.session_get(&holder).unwrap().unwrap().lock_delay_ns;
+            assert_eq!(echoed as u128, requested.as_nanos(), "echoed unchanged");
+            assert_eq!(st.kv_lock("k", 0, b"x".to_vec(), &holder, t0), Ok(true));
+            st.session_destroy(&holder, t0).unwrap();
+            for (after, want) in [(0, false), (59_000, false), (59_999, false), (60_000, true)] {
+                let now = t0 + Duration::from_millis(after);
+                let got = st.kv_lock("k", 0, b"w".to_vec(), &waiter, now);
+                assert_eq!(
+                    got,
+                    Ok(want),
+                    "{requested:?} delay, acquire {after} ms after"
+                );
+            }
+            st.kv_unlock("k", 0, Vec::new(), &waiter).unwrap();
+        }
+        // LockDelay 0: free at once.
+        let holder = session(&mut st, "n", Some(vec!["serfHealth"]), Duration::ZERO);
+        t0 += Duration::from_secs(100);
+        assert_eq!(st.kv_lock("z", 0, Vec::new(), &holder, t0), Ok(true));
+        st.session_destroy(&holder, t0).unwrap();
+        assert_eq!(st.kv_lock("z", 0, Vec::new(), &waiter, t0), Ok(true));
+    }
+
+    #[test]
+    fn node_failure_invalidates_tied_sessions_in_one_index() {
+        let mut st = Store::new("srv");
+        assert!(st.node_register("client1", false, None));
+        assert!(
+            !st.node_register("CLIENT1", false, None),
+            "names are case-insensitive"
+        );
+        let a = session(
+            &mut st,
+            "client1",
+            Some(vec!["serfHealth"]),
+            Duration::from_secs(5),
+        );
+        let t = session(&mut st, "client1", Some(vec![]), Duration::from_secs(5));
+        let s = session(
+            &mut st,
+            "srv",
+            Some(vec!["serfHealth"]),
+            Duration::from_secs(5),
+        );
+        let t0 = Instant::now();
+        for (key, id) in [("a", &a), ("t", &t), ("s", &s)] {
+            assert_eq!(st.kv_lock(key, 0, Vec::new(), id, t0), Ok(true));
+        }
+        let before = st.raft_index;
+        assert!(st.node_fail_at("client1", t0 + Duration::from_secs(6)));
+        assert_eq!(
+            st.reap(t0 + Duration::from_millis(5999)),
+            0,
+            "not before detect"
+        );
+        assert_eq!(st.reap(t0 + Duration::from_secs(6)), 1);
+        let idx = before + 1;
+        assert_eq!(st.raft_index, idx, "one raft write");
+        let n = st.node("client1").unwrap();
+        assert!(n.critical);
+        assert_eq!(n.check_modify_index, idx);
+        assert_eq!(st.checks_table_index(), idx);
+        assert!(st.session_get(&a).unwrap().is_none());
+        assert_eq!(st.sessions_table_index(), idx);
+        let ka = st.kv_get("a").unwrap();
+        assert_eq!(
+            (ka.session.as_deref(), ka.lock_index, ka.modify_index),
+            (None, 1, idx)
+        );
+        assert_eq!(st.kv_get("t").unwrap().session.as_deref(), Some(t.as_str()));
+        assert_eq!(st.kv_get("s").unwrap().session.as_deref(), Some(s.as_str()));
+        // Lock-delay from the invalidation.
+        let tf = t0 + Duration::from_secs(6);
+        assert_eq!(
+            st.kv_lock("a", 0, Vec::new(), &s, tf + Duration::from_millis(4999)),
+            Ok(false)
+        );
+        assert_eq!(
+            st.kv_lock("a", 0, Vec::new(), &s, tf + Duration::from_secs(5)),
+            Ok(true)
+        );
+        // No new serfHealth session on a failed node.
+        let err = st
+            .session_create(
+                NewSession {
+                    id: crate::devserver::util::uuid_v4(),
+                    name: String::new(),
+                    node: "client1".to_string(),
+                    checks: Some(vec!["serfHealth".to_string()]),
+                    lock_delay_ns: 0,
+                    behavior: Behavior::Release,
+                    ttl: String::new(),
+                    ttl_dur: None,
+                },
+                tf,
+            )
+            .unwrap_err();
+        assert_eq!(err, "Check 'serfHealth' is in critical state");
+        // Alive again: passing in one more write; sessions stay gone.
+        let before = st.raft_index;
+        assert!(st.node_alive("client1"));
+        assert_eq!(st.raft_index, before + 1);
+        assert!(!st.node("client1").unwrap().critical);
+        assert_eq!(st.node("client1").unwrap().check_modify_index, before + 1);
+        // A thaw before detection cancels the failure.
+        assert!(st.node_fail_at("client1", tf));
+        assert!(st.node_alive("client1"));
+        assert_eq!(st.reap(tf + Duration::from_secs(60)), 0);
+        assert!(!st.node_fail_at("nope", tf));
+    }
+}
