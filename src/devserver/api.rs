@@ -68,7 +68,7 @@ fn respond(r: Response) -> Outcome {
 /// Entry point for every parsed request.
 pub fn handle(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Outcome {
     if is_control(req) {
-        return respond(control(shared, req));
+        return respond(control(shared, h, req));
     }
     // A frozen agent does not even read the request.
     if shared.hold_while_frozen(h) {
@@ -905,7 +905,7 @@ fn status_peers(_s: &Shared, _h: &ConnHandle, _req: &Request, _q: &Query, _r: &s
 
 // ----- control endpoint --------------------------------------------------------
 
-fn control(shared: &Arc<Shared>, req: &Request) -> Response {
+fn control(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Response {
     let (q, _) = Query::parse(&req.raw_query);
     let rest = &req.path[CONTROL_PREFIX.len()..];
     let method_ok = |m: &str| req.method == m;
@@ -943,7 +943,7 @@ fn control(shared: &Arc<Shared>, req: &Request) -> Response {
                 &format!("Invalid restart state '{}' (want lose)", q.get("state")),
             );
         }
-        shared.restart_losing_state();
+        shared.restart_losing_state(Some(h));
         return json(200, &J::Bool(true));
     }
     if rest == "fault" {

@@ -201,7 +201,7 @@ impl DevServer {
     /// lock-delays are dropped; the raft index starts again from 5, below
     /// what clients saw. The same ports keep listening.
     pub fn restart_losing_state(&self) {
-        self.shared.restart_losing_state();
+        self.shared.restart_losing_state(None);
     }
 
     /// Stops listening, closes every open connection abruptly (including

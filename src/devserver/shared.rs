@@ -295,14 +295,17 @@ impl Shared {
     /// abruptly (held blocking queries included), sessions, keys and
     /// lock-delays are gone, and the raft index starts low again. Nodes
     /// rejoin: each agent's node is registered again, keeping its health
-    /// (a frozen agent still fails when its detection time comes).
-    pub fn restart_losing_state(&self) {
+    /// (a frozen agent still fails when its detection time comes). `keep`:
+    /// the connection that asked for it (through the control endpoint).
+    pub fn restart_losing_state(&self, keep: Option<&ConnHandle>) {
         {
             let mut st = self.lock_store();
             {
                 let conns = relock(self.conns.lock());
                 for h in conns.values() {
-                    h.kill();
+                    if !keep.is_some_and(|k| std::ptr::eq(k, &**h)) {
+                        h.kill();
+                    }
                 }
             }
             let agents: Vec<Arc<Agent>> = relock(self.agents.lock()).clone();
