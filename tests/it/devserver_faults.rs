@@ -118,7 +118,8 @@ fn a_frozen_agent_hangs_while_others_answer_and_its_node_fails() {
         assert!(acquire(agent, key, id));
     }
 
-    let detect = Duration::from_millis(1500);
+    // Long enough for the checks below to run before the node fails.
+    let detect = Duration::from_millis(2500);
     assert!(server.freeze_agent("client1", detect));
     let frozen_at = Instant::now();
     assert!(!server.freeze_agent("nope", detect));
@@ -186,7 +187,7 @@ fn a_frozen_agent_hangs_while_others_answer_and_its_node_fails() {
         "w never got a"
     );
     assert!(frozen_at.elapsed() >= detect + Duration::from_secs(2));
-    assert!(free_seen.elapsed() >= Duration::from_millis(1700));
+    assert!(free_seen.elapsed() >= Duration::from_secs(1));
     assert!(!renew.is_finished(), "the renewal must still hang");
 
     let thawed = Instant::now();
