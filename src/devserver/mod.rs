@@ -267,11 +267,19 @@ fn spawn_listener(
     addr: SocketAddr,
     agent: Arc<Agent>,
 ) -> std::io::Result<SocketAddr> {
+    serve_listener(shared, TcpListener::bind(addr)?, agent)
+}
+
+/// Serves a bound listener on a new accept thread as `agent`.
+fn serve_listener(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    agent: Arc<Agent>,
+) -> std::io::Result<SocketAddr> {
     let mut listeners = shared.listeners.lock().unwrap_or_else(|e| e.into_inner());
     if shared.is_shutdown() {
         return Err(std::io::Error::other("dev server is shutting down"));
     }
-    let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     let fd = listener.as_raw_fd();
     let s = shared.clone();
@@ -294,13 +302,15 @@ fn add_agent(shared: &Arc<Shared>, node: &str) -> std::io::Result<SocketAddr> {
             "agent node name is empty",
         ));
     }
+    // Bound first, so that a failure leaves no agent without a listener.
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let agent = shared.add_agent(node).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!("an agent already runs on node '{node}'"),
         )
     })?;
-    spawn_listener(shared, SocketAddr::from(([127, 0, 0, 1], 0)), agent)
+    serve_listener(shared, listener, agent)
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
