@@ -666,7 +666,9 @@ def main():
 def fmt(v, unit=""):
     if v is None:
         return "n/a"
-    return f"{v:.1f}{unit}" if isinstance(v, float) else f"{v}{unit}"
+    if isinstance(v, float):
+        return f"{v:.2f}{unit}" if abs(v) < 10 else f"{v:.1f}{unit}"
+    return f"{v}{unit}"
 
 
 def report(r, out):
