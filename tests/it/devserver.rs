@@ -1,5 +1,5 @@
 //! The dev server against the recorded answers of a real Consul 1.0.8
-//! (`shared/consul-reference`), plus blocking queries, TTLs, lock-delays,
+//! (`tests/fixtures/consul-1.0.8/`), plus blocking queries, TTLs, lock-delays,
 //! ACLs, fault injection, shutdown and robustness.
 
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use conlock::devserver::{DevServer, FaultMode, Options};
 const NODE: &str = "conlock-dev";
 
 fn reference_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/consul-reference")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/consul-1.0.8")
 }
 
 fn load(name: &str) -> Value {
