@@ -3,6 +3,7 @@
 mod client;
 mod common;
 mod devserver;
+mod devserver_faults;
 mod faults;
 mod harness;
 mod ops;
