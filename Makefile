@@ -33,18 +33,21 @@ DEB := $(TARGET_DIR)/debian/conlock_$(VERSION)-1_$(DEB_ARCH).deb
 	selfcontained-check install uninstall install-check deb deb-check units-check \
 	bench soak clean
 
-all: build
+## `make && sudo make install`: the default target builds what `make install` installs.
+all: $(RELEASE_BIN)
 
+## The debug build (what `make demo` and the tests use).
 build:
 	$(CARGO) build
 
 release:
 	$(CARGO) build --release
 
-# Only rebuilt when a source is newer, so `sudo make install` after `make release` does
-# not run cargo as root.
+# Only rebuilt when a source is newer, so `sudo make install` after `make` does not run
+# cargo as root; touched because cargo leaves an up-to-date binary alone.
 $(RELEASE_BIN): $(SOURCES)
 	$(CARGO) build --release
+	@touch $@
 
 ## Two jobs contend for one lock, then four for a 2-slot semaphore, on an embedded dev server.
 ## Uses the debug build (no LTO) that `make test` reuses, so a fresh clone gets there fast.
