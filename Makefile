@@ -56,9 +56,10 @@ demo: build
 
 ## Every check CI runs: formatting, lints, completions/man drift, unit and integration tests,
 ## install layout, the Debian package's contents and the systemd units.
+## The test run comes last so that its summary closes the output.
 test: fmt-check lint completions-check selfcontained-check
-	$(CARGO) test --all-targets
 	$(MAKE) --no-print-directory units-check install-check deb-check
+	$(CARGO) test --all-targets
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
