@@ -7,6 +7,7 @@ mod devserver_faults;
 mod faults;
 mod harness;
 mod ops;
+mod peers;
 mod prop;
 mod review;
 mod run;
