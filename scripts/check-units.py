@@ -2,8 +2,9 @@
 """Checks the systemd recipes in contrib/systemd/.
 
 1. Parses every unit and checks the keys the recipes rely on (always).
-2. Runs each ExecStart's conlock command line, with the job replaced by `true`, against a
-   dev server: conlock must accept the flags as written (always).
+2. Runs each ExecStart's conlock command line, with the job replaced by one that touches
+   a marker, against a dev server: conlock must accept the flags as written and run the
+   job (always).
 3. `systemd-analyze verify` on copies whose ExecStart names the built binary (systemd
    checks that the command exists) with the man pages on MANPATH; any warning fails.
    Skipped, with a notice, where systemd-analyze is not installed.
@@ -15,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -127,6 +129,8 @@ def check_service(path, sections, timers):
     if kind == "oneshot":
         if flag(args, "--timeout") != "0s":
             fail(u, "a cron-style job needs --timeout 0s (skip if busy)")
+        if flag(args, "--min-hold") is None:
+            fail(u, "a cron-style job needs --min-hold: a timer that fires late runs it again")
         if "75" not in success and flag(args, "--busy-exit-code") != "0":
             fail(u, "busy must count as success: SuccessExitStatus=75 or --busy-exit-code 0")
         if path.stem not in timers:
@@ -159,7 +163,7 @@ def check_timer(path, sections, services):
 
 
 def run_flags(binary, argvs):
-    """Each recipe's conlock flags, with `true` as the job, against a dev server."""
+    """Each recipe's conlock flags, with a stand-in job, against a dev server."""
     server = subprocess.Popen(
         [binary, "dev-server", "--addr", "127.0.0.1:0", "--session-ttl-min", "1s"],
         stdout=subprocess.PIPE,
@@ -181,14 +185,59 @@ def run_flags(binary, argvs):
         env = dict(os.environ, CONSUL_HTTP_ADDR=addr)
         env.pop("CONSUL_HTTP_TOKEN", None)
         for unit, args in argvs:
-            r = subprocess.run(
-                [binary, *args, "--", "true"], env=env, capture_output=True, text=True, timeout=60
-            )
-            if r.returncode != 0:
-                fail(unit, f"conlock {' '.join(args)} -- true exited {r.returncode}: {r.stderr.strip()}")
+            code, err = run_one(binary, args, env)
+            if code != 0:
+                fail(unit, f"conlock {' '.join(args)} -- JOB exited {code}: {err}")
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def children_named(pid, name):
+    """Processes whose parent is pid and whose command name is name (zombies included)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == pid and comm == name:
+            found.append(int(d.name))
+    return found
+
+
+def run_one(binary, args, env):
+    """conlock with the recipe's flags and a job that touches a marker. With --min-hold,
+    conlock keeps the lock after the job; once the job has been reaped, SIGTERM ends the
+    min-hold at once and conlock exits with the job's code (0)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        marker = Path(tmp) / "ran"
+        p = subprocess.Popen(
+            [binary, *args, "--", "touch", str(marker)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < deadline:
+            if marker.exists() and not children_named(p.pid, "touch"):
+                p.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.05)
+        try:
+            _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            return "timeout", err.strip()
+        if not marker.exists():
+            return f"{p.returncode} without running the job", err.strip()
+        return p.returncode, err.strip()
 
 
 def analyze(binary):
