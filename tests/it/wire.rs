@@ -16,7 +16,8 @@ const LONG: Duration = Duration::from_secs(60);
 fn recorded() -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/consul-1.0.8/09-consul-lock-wire.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("recorded JSON")
 }
 
 fn recorded_key(rec: &Value, key: &str) -> Value {
