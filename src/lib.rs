@@ -10,6 +10,7 @@ pub mod guardian;
 pub mod holder;
 pub mod lock;
 pub mod ops;
+pub mod pgroup;
 pub mod semaphore;
 pub mod session;
 pub mod supervise;

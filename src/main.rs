@@ -8,6 +8,10 @@ fn main() {
     {
         std::process::exit(conlock::guardian::main());
     }
+    if holds_a_claim(std::env::args_os().skip(1)) {
+        // Before anything starts a thread: see guardian.rs.
+        conlock::guardian::prefork();
+    }
     let cli = match conlock::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
@@ -28,6 +32,13 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Whether the arguments may name `run` or `sem` (those start a guardian). A false
+/// positive costs one fork; the guardian then exits when conlock does.
+fn holds_a_claim(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--")
+        .any(|a| a == "run" || a == "sem")
 }
 
 /// clap's message without its usage block, folded onto one line.
