@@ -4,6 +4,7 @@ mod client;
 mod common;
 mod devserver;
 mod faults;
+mod guardian;
 mod harness;
 mod ops;
 mod prop;
