@@ -192,22 +192,25 @@ fn guardian_never_signals_a_group_reported_gone() {
     // The release request arrives (and hangs) only after the group was reported gone.
     assert!(wait_for(LONG, || !process_alive(child)
         && server.request_count() > before));
-    let reused = force_pid(child).expect("could not create a process with the freed PID");
+    let mut reused = force_pid(child).expect("could not create a process with the freed PID");
     assert_eq!(unsafe { libc::getpgid(child) }, child);
+    // Reaped as soon as it dies, so that a kill shows as such (not as a zombie group).
+    let ended = std::thread::spawn(move || reused.wait().unwrap());
     signal(h.0.id(), libc::SIGKILL);
     wait_exit(&mut h.0, LONG);
     server.clear_fault();
     // The guardian gives the lock back; by then it would have signalled the group.
     assert!(wait_sessions(&server, 0), "the guardian did not clean up");
     assert!(
-        process_alive(child),
+        !ended.is_finished(),
         "the guardian killed an unrelated process group that reused the command's PID"
     );
-    drop(reused);
+    signal(child as u32, libc::SIGKILL);
+    ended.join().unwrap();
 }
 
 /// A process (in its own group) whose PID is `pid`, made by setting ns_last_pid.
-fn force_pid(pid: i32) -> Option<KillOnDrop> {
+fn force_pid(pid: i32) -> Option<std::process::Child> {
     for _ in 0..500 {
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
         let c = Command::new("sleep")
@@ -216,7 +219,7 @@ fn force_pid(pid: i32) -> Option<KillOnDrop> {
             .spawn()
             .ok()?;
         if c.id() as i32 == pid {
-            return Some(KillOnDrop(c));
+            return Some(c);
         }
         drop(KillOnDrop(c));
     }
