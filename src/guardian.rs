@@ -290,8 +290,8 @@ struct Known {
     claim: Option<ClaimInfo>,
     deadline: Option<BootInstant>,
     group_gone: bool,
-    /// The watchdog already SIGKILLed the group.
-    fired: bool,
+    /// When the watchdog SIGKILLed the group (it then waits to see it gone).
+    fired: Option<Instant>,
 }
 
 impl Known {
@@ -314,7 +314,9 @@ impl Known {
 
     /// When the watchdog must fire, if it is armed.
     fn watchdog(&self) -> Option<BootInstant> {
-        self.live_group().filter(|_| !self.fired).and(self.deadline)
+        self.live_group()
+            .filter(|_| self.fired.is_none())
+            .and(self.deadline)
     }
 }
 
@@ -344,18 +346,29 @@ fn serve(fd: RawFd) -> i32 {
     let mut chunk = [0u8; 4096];
     loop {
         let watchdog = known.watchdog();
-        if let Some(at) = watchdog {
+        if let (Some(at), Some(p)) = (watchdog, known.live_group()) {
             if at.has_passed() {
-                let p = known.live_group().unwrap_or(0);
                 unsafe { libc::kill(-p, libc::SIGKILL) };
-                known.fired = true;
+                known.fired = Some(Instant::now());
                 out.say(format!(
                     "conlock (pid {conlock_pid}) is stopped or stuck past its deadline; SIGKILLed its command's process group {p}"
                 ));
                 continue;
             }
         }
-        let timeout = timer.arm(watchdog);
+        let mut timeout = timer.arm(watchdog);
+        if let (Some(at), Some(p)) = (known.fired, known.live_group()) {
+            // Once the killed group is gone its ID may be reused: never signal it again.
+            if crate::pgroup::gone(p) {
+                known.group_gone = true;
+                continue;
+            }
+            timeout = if at.elapsed() < Duration::from_secs(1) {
+                10
+            } else {
+                500
+            };
+        }
         let mut pfds = [
             libc::pollfd {
                 fd,
@@ -417,9 +430,12 @@ fn serve(fd: RawFd) -> i32 {
 
 /// conlock died: make sure its command is dead, then give the claim back.
 fn take_over(known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
-    let client = known.conn.clone().and_then(|c| Client::new(*c).ok());
-    if let Some(p) = known.live_group() {
+    let group = known.live_group();
+    if let Some(p) = group {
         unsafe { libc::kill(-p, libc::SIGKILL) };
+    }
+    let client = known.conn.clone().and_then(|c| Client::new(*c).ok());
+    if let Some(p) = group {
         if !wait_group_gone(p, &known, client.as_ref(), out) {
             return 1;
         }

@@ -106,19 +106,29 @@ fn failover_when_pid_1_never_reaps() {
         k = killed.display()
     );
     let mut ns = Command::new("unshare");
-    ns.args(["--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c"])
-        .arg(r#""$T_BIN" run --key no-reaper --lock-delay 60s -- sh -c "$T_INNER" & exec sleep 100000"#)
-        .env("T_BIN", BIN)
-        .env("T_INNER", inner)
-        .env("CONSUL_HTTP_ADDR", server.addr().to_string())
-        .stdin(Stdio::null());
+    ns.args([
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        "sh",
+        "-c",
+    ])
+    .arg(r#""$T_BIN" run --key no-reaper --lock-delay 60s -- sh -c "$T_INNER" & exec sleep 100000"#)
+    .env("T_BIN", BIN)
+    .env("T_INNER", inner)
+    .env("CONSUL_HTTP_ADDR", server.addr().to_string())
+    .stdin(Stdio::null());
     for (k, _) in std::env::vars() {
         if k.starts_with("CONLOCK_") || (k.starts_with("CONSUL_") && k != "CONSUL_HTTP_ADDR") {
             ns.env_remove(k);
         }
     }
     let _ns = KillOnDrop(ns.spawn().unwrap());
-    assert!(wait_for(LONG, || marker.exists()), "the holder never started");
+    assert!(
+        wait_for(LONG, || marker.exists()),
+        "the holder never started"
+    );
     let mut w = KillOnDrop(
         conlock(&server)
             .args(["run", "--key", "no-reaper", "--timeout", "90s", "--"])
