@@ -31,6 +31,8 @@ pub enum Event {
     Signal(i32),
     /// The lock or slot is gone.
     Lost(String),
+    /// The command ran longer than --max-time (the text says so).
+    MaxTime(String),
 }
 
 /// The signals conlock forwards to the child's process group.
@@ -272,6 +274,8 @@ pub enum Outcome {
     Exited(i32),
     /// The lock was lost; the group was stopped.
     Lost(String),
+    /// --max-time ran out; the group was stopped like on a loss.
+    MaxTime,
 }
 
 /// Waits for the child while watching `events` and the session deadline; returns once the
@@ -284,6 +288,7 @@ pub fn supervise(
     policy: StopPolicy,
 ) -> (Outcome, bool) {
     let mut lost: Option<String> = None;
+    let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut status: Option<i32> = None;
     let stop = |child: &Child, kill_at: &mut Option<Instant>, sig: Signal| {
@@ -314,7 +319,15 @@ pub fn supervise(
             Ok(Event::Lost(reason)) => {
                 if lost.is_none() {
                     ui::notice(format_args!("lock lost: {reason}; stopping the command"));
+                    crate::events::emit("lost", serde_json::json!({ "reason": reason }));
                     lost = Some(reason);
+                    stop(child, &mut kill_at, policy.kill_signal);
+                }
+            }
+            Ok(Event::MaxTime(why)) => {
+                if lost.is_none() && !timed_out {
+                    ui::notice(format_args!("{why}; stopping the command"));
+                    timed_out = true;
                     stop(child, &mut kill_at, policy.kill_signal);
                 }
             }
@@ -330,6 +343,7 @@ pub fn supervise(
                 "the session could not be renewed in time (Consul unreachable or not answering)"
                     .to_string();
             ui::notice(format_args!("lock lost: {reason}; stopping the command"));
+            crate::events::emit("lost", serde_json::json!({ "reason": reason }));
             lost = Some(reason);
             stop(child, &mut kill_at, policy.kill_signal);
         }
@@ -347,6 +361,7 @@ pub fn supervise(
     let group_gone = stop_leftovers(child, policy, kill_at);
     let outcome = match lost {
         Some(reason) => Outcome::Lost(reason),
+        None if timed_out => Outcome::MaxTime,
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
     };
     (outcome, group_gone)
@@ -390,6 +405,17 @@ fn wait_group_gone(child: &Child, within: Duration) -> bool {
     true
 }
 
+/// The signal the direct child died of (0: none), for telling 128+N from an exit code.
+static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signal the command died of, if it died of one.
+pub fn child_signal() -> Option<i32> {
+    match CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
 /// Reaps every child (we are a subreaper) and reports the direct child's end.
 fn reap(pid: Pid, events: Sender<Event>) {
     loop {
@@ -398,6 +424,7 @@ fn reap(pid: Pid, events: Sender<Event>) {
                 let _ = events.send(Event::ChildExited(code));
             }
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
+                CHILD_SIGNAL.store(sig as i32, std::sync::atomic::Ordering::SeqCst);
                 let _ = events.send(Event::ChildExited(128 + sig as i32));
             }
             Ok(_) => {}

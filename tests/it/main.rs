@@ -3,10 +3,12 @@
 mod client;
 mod common;
 mod devserver;
+mod devserver_faults;
 mod faults;
 mod guardian;
 mod harness;
 mod ops;
+mod peers;
 mod prop;
 mod review;
 mod run;
