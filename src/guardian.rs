@@ -347,7 +347,8 @@ fn serve(fd: RawFd) -> i32 {
     loop {
         let watchdog = known.watchdog();
         if let (Some(at), Some(p)) = (watchdog, known.live_group()) {
-            if at.has_passed() {
+            // A newer deadline may wait unread in the pipe: read it first.
+            if at.has_passed() && !readable(fd) {
                 unsafe { libc::kill(-p, libc::SIGKILL) };
                 known.fired = Some(Instant::now());
                 out.say(format!(
@@ -426,6 +427,15 @@ fn serve(fd: RawFd) -> i32 {
     let code = take_over(known, conlock_pid, &mut out);
     out.finish();
     code
+}
+
+fn readable(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
 }
 
 /// conlock died: make sure its command is dead, then give the claim back.
