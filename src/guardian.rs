@@ -1,8 +1,8 @@
 //! The guardian: a tiny process that outlives a conlock killed by SIGKILL or a crash, and
 //! watches a conlock that is stuck. It is forked at the start of `main`, while conlock has
-//! a single thread (so it runs ordinary Rust and costs no exec); if that did not happen it
-//! is forked later if still possible, else conlock re-executes itself as
-//! `conlock __guardian`. It learns over a pipe what conlock holds:
+//! a single thread (so it runs ordinary Rust and costs no exec), or when the guardian is
+//! started if conlock still has a single thread then. It learns over a pipe what conlock
+//! holds:
 //!
 //! - The pipe closes without `Done` (conlock died): unless told `GroupGone`, it SIGKILLs
 //!   the command's process group and waits until no member is alive (zombies are dead,
@@ -19,7 +19,6 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,8 +29,6 @@ use crate::clock::BootInstant;
 use crate::consul::{Client, ConnConfig};
 use crate::holder::Claim;
 use crate::ui;
-
-pub const GUARDIAN_ARG: &str = "__guardian";
 
 /// What the guardian must give back if conlock dies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,17 +74,11 @@ impl Guardian {
     /// if that is impossible.
     pub fn start(conn: &ConnConfig) -> Option<Arc<Guardian>> {
         let preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let pipe = match preforked.or_else(fork_guardian) {
-            Some(p) => p,
-            None => match exec_guardian() {
-                Ok(p) => p,
-                Err(e) => {
-                    ui::warn(format_args!(
-                        "cannot start the guardian process ({e}); if conlock is killed, its command may outlive it"
-                    ));
-                    return None;
-                }
-            },
+        let Some(pipe) = preforked.or_else(fork_guardian) else {
+            ui::warn(
+                "cannot start the guardian process (fork failed, or conlock already runs threads); if conlock is killed, its command may outlive it",
+            );
+            return None;
         };
         // Never block a renewal on a guardian that does not read (it may be stopped).
         set_nonblocking(pipe.as_raw_fd());
@@ -259,26 +250,6 @@ fn fork_guardian() -> Option<File> {
             Some(unsafe { File::from_raw_fd(write_end) })
         }
     }
-}
-
-/// The fallback when conlock already runs threads: `conlock __guardian`.
-fn exec_guardian() -> std::io::Result<File> {
-    use std::os::unix::process::CommandExt;
-    let mut child = Command::new("/proc/self/exe")
-        .arg(GUARDIAN_ARG)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        // Its own group: a signal to conlock's group must not take the guardian along.
-        .process_group(0)
-        .spawn()?;
-    let stdin = child.stdin.take().ok_or(std::io::ErrorKind::BrokenPipe)?;
-    Ok(File::from(std::os::fd::OwnedFd::from(stdin)))
-}
-
-/// Entry point of `conlock __guardian` (the pipe is its stdin).
-pub fn main() -> i32 {
-    serve(0)
 }
 
 /// What the guardian knows.
