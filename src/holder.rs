@@ -6,6 +6,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::clock::BootInstant;
 use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
 use crate::error::{exit, Error, Result};
 use crate::events;
@@ -250,6 +251,14 @@ fn hold_guarded(
     ];
     env.extend(claim.env(&held, &session_id));
 
+    if let Some(g) = guardian {
+        // conlock SIGKILLs the group `--kill-grace` after the deadline at the latest; if it
+        // is stopped or stuck by then, the guardian does.
+        let (g, grace) = (g.clone(), spec.stop.grace);
+        session.on_confirmed(Box::new(move |deadline| {
+            g.deadline(BootInstant::from_instant(deadline) + grace)
+        }));
+    }
     let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
         Ok(c) => c,
         Err(e) => {
@@ -293,16 +302,31 @@ fn hold_guarded(
     let pgid = child.pid();
     child.finish();
     if !group_gone {
-        // Releasing now would let a new holder start beside survivors. Stop renewing
-        // instead: the session expires by its TTL, then the lock-delay runs.
+        // Releasing now would let a new holder start beside survivors: keep the session
+        // (it renews) until they are gone.
         ui::error(format_args!(
-            "processes of group {pgid} survive SIGKILL (or may not be signalled); not releasing {}: session {session_id} expires by its TTL",
+            "processes of group {pgid} survive SIGKILL (or may not be signalled); keeping {} (session {session_id}) until they are gone, so that no other holder starts beside them",
             claim.describe()
         ));
-        stop_monitor.store(true, Ordering::SeqCst);
-        drop(session);
-        let (code, how) = exit_of(&outcome);
-        return Ok(exit_event(code, how));
+        if let Some(reason) = wait_survivors(&session, pgid.as_raw()) {
+            ui::error(format_args!(
+                "{reason}: {} may pass to another holder while processes of group {pgid} still run",
+                claim.describe()
+            ));
+            stop_monitor.store(true, Ordering::SeqCst);
+            drop(session);
+            let (code, how) = exit_of(&outcome);
+            return Ok(exit_event(code, how));
+        }
+        ui::notice(format_args!(
+            "the surviving processes of group {pgid} are gone; releasing {}",
+            claim.describe()
+        ));
+    }
+    // The whole process group is gone: the guardian must never signal its ID again
+    // (it may be reused).
+    if let Some(g) = guardian {
+        g.group_gone();
     }
     let outcome = match (outcome, spec.min_hold) {
         (o @ (Outcome::Exited(_) | Outcome::MaxTime), Some(min)) => {
@@ -443,6 +467,20 @@ fn min_hold(
             events::emit("lost", serde_json::json!({ "reason": reason }));
             return Some(reason);
         }
+    }
+}
+
+/// Waits while processes of group `pgid` survive, the session renewing meanwhile.
+/// `Some(reason)` if the session is lost first.
+fn wait_survivors(session: &Session, pgid: i32) -> Option<String> {
+    loop {
+        if crate::pgroup::gone(pgid) {
+            return None;
+        }
+        if let Some(reason) = session.lost() {
+            return Some(reason);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

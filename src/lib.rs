@@ -12,6 +12,7 @@ pub mod holder;
 pub mod lock;
 pub mod lockdelay;
 pub mod ops;
+pub mod pgroup;
 pub mod semaphore;
 pub mod session;
 pub mod supervise;

@@ -247,12 +247,9 @@ impl Child {
     }
 
     /// True while any process of the group is alive. EPERM means a member exists that
-    /// we may not signal (a setuid program, say): alive too.
+    /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        !matches!(
-            kill(Pid::from_raw(-self.pid.as_raw()), None),
-            Err(Errno::ESRCH)
-        )
+        !crate::pgroup::gone(self.pid.as_raw())
     }
 
     /// Takes the terminal back.

@@ -6,6 +6,7 @@ mod common;
 mod devserver;
 mod devserver_faults;
 mod faults;
+mod guardian;
 mod harness;
 mod ops;
 mod peers;
