@@ -130,6 +130,8 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
+    // From here on a stderr nobody reads must not block supervision or renewal.
+    ui::detach();
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
@@ -261,11 +263,11 @@ fn hold_guarded(
     if !group_gone {
         // Releasing now would let a new holder start beside survivors. Stop renewing
         // instead: the session expires by its TTL, then the lock-delay runs.
+        drop(session);
         ui::error(format_args!(
-            "processes of group {pgid} survive SIGKILL (or may not be signalled); not releasing {}: session {session_id} expires by its TTL",
+            "processes of the command (group {pgid}) survive SIGKILL (or may not be signalled); not releasing {}: session {session_id} expires by its TTL",
             claim.describe()
         ));
-        drop(session);
         return Ok(match outcome {
             Outcome::Exited(code) => code,
             Outcome::Lost(_) => exit::LOST,
@@ -294,7 +296,13 @@ fn hold_guarded(
 }
 
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new(supervise::FORWARDED)
+    // Signals ignored when conlock started (`nohup`, background jobs of a non-interactive
+    // shell) stay ignored: not caught, not forwarded, and the child inherits SIG_IGN.
+    let caught: Vec<i32> = supervise::FORWARDED
+        .into_iter()
+        .filter(|&sig| !supervise::ignored(sig))
+        .collect();
+    let mut signals = signal_hook::iterator::Signals::new(caught)
         .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("signals".into())
@@ -307,6 +315,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                     }
                     Phase::Starting => {
                         if TERMINATING.contains(&sig) {
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }
@@ -317,6 +326,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                             ui::verbose(format_args!("signal {sig} while waiting; giving up"));
                             // Destroying the session also drops anything it may just have acquired.
                             let _ = client.session_destroy(&session.id());
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }

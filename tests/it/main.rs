@@ -6,6 +6,7 @@ mod devserver;
 mod faults;
 mod harness;
 mod ops;
+mod process;
 mod prop;
 mod review;
 mod run;
