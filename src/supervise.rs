@@ -738,3 +738,48 @@ unsafe fn give_terminal(pgid: libc::pid_t) {
     libc::tcsetpgrp(0, pgid);
     libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_stat_and_finds_spawned_children() {
+        let me = proc_stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(me.pgrp, unsafe { libc::getpgrp() });
+        assert_eq!(me.session, unsafe { libc::getsid(0) });
+        assert!(me.start > 0);
+        let before: Vec<(i32, u64)> = adopted_children(&[], 0)
+            .into_iter()
+            .map(|p| (p.pid, p.start))
+            .collect();
+        // A name with spaces and parentheses must not shift the fields.
+        let dir = std::env::temp_dir().join(format!("conlock-stat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let odd = dir.join("a) b (c");
+        let _ = std::fs::remove_file(&odd);
+        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
+        let mut c = Command::new(&odd).arg("30").spawn().unwrap();
+        let pid = c.id() as i32;
+        let found = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            adopted_children(&before, 0).iter().any(|p| p.pid == pid)
+        });
+        // Excluded as part of its own group, or as known before.
+        let in_group = adopted_children(&before, pid).iter().any(|p| p.pid == pid);
+        let _ = c.kill();
+        let _ = c.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(found, "child {pid} not listed");
+        assert!(!in_group);
+        assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
+    }
+
+    #[test]
+    fn ignored_reports_sig_ign() {
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+        assert!(ignored(libc::SIGUSR2));
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+        assert!(!ignored(libc::SIGUSR2));
+    }
+}
