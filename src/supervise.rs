@@ -320,7 +320,11 @@ impl Child {
     }
 
     fn stop_escapees(&self, sig: Signal, done: &mut HashSet<(i32, u64)>) {
-        for p in self.escapees() {
+        self.stop_these(self.escapees(), sig, done);
+    }
+
+    fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
+        for p in procs {
             if sig == Signal::SIGKILL || done.insert((p.pid, p.start)) {
                 ui::verbose(format_args!(
                     "sending {sig} to pid {} (left the command's process group)",
@@ -555,31 +559,31 @@ fn stop_leftovers(
 }
 
 /// Waits until the command is gone; escaped descendants that show up meanwhile (their
-/// parent just died) get `sig` too.
+/// parent just died) get `sig` too. /proc is scanned every 50 ms while the group lives,
+/// every 10 ms once only escapees can remain.
 fn wait_gone(
     child: &Child,
     until: Instant,
     sig: Signal,
     stopped: &mut HashSet<(i32, u64)>,
 ) -> bool {
-    loop {
+    for round in 0u64.. {
         let group = child.group_alive();
-        let escaped = child.escapees();
+        let escaped = if !group || round % 5 == 0 {
+            child.escapees()
+        } else {
+            Vec::new()
+        };
         if !group && escaped.is_empty() {
             return true;
         }
         if Instant::now() >= until {
             return false;
         }
-        if !escaped.is_empty() {
-            child.stop_escapees(sig, stopped);
-        }
-        std::thread::sleep(Duration::from_millis(if escaped.is_empty() {
-            5
-        } else {
-            20
-        }));
+        child.stop_these(escaped, sig, stopped);
+        std::thread::sleep(Duration::from_millis(10));
     }
+    false
 }
 
 /// A process re-parented to conlock.
@@ -759,7 +763,11 @@ mod tests {
         let odd = dir.join("a) b (c");
         let _ = std::fs::remove_file(&odd);
         std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
-        let mut c = Command::new(&odd).arg("30").spawn().unwrap();
+        let mut c = Command::new(&odd)
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let pid = c.id() as i32;
         let found = (0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
