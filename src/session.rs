@@ -217,6 +217,17 @@ impl Session {
         }
     }
 
+    /// Like `destroy`, through `client` (a deadline-bounded one once the command is gone).
+    pub fn destroy_with(mut self, client: &Client) {
+        let id = self.stop_renewing();
+        match client.session_destroy(&id) {
+            Ok(_) => ui::verbose(format_args!("destroyed session {id}")),
+            Err(e) => ui::warn(format_args!(
+                "could not destroy session {id}: {e}; it expires by its TTL"
+            )),
+        }
+    }
+
     fn stop_renewing(&mut self) -> String {
         let id = {
             let mut s = self.state();

@@ -38,6 +38,8 @@ pub enum Event {
     Lost(String),
     /// The direct child stopped on this terminal signal (SIGTSTP, SIGTTIN, SIGTTOU).
     Stopped(i32),
+    /// The command ran longer than --max-time (the text says so).
+    MaxTime(String),
 }
 
 /// The signals conlock forwards to the child's process group.
@@ -396,6 +398,8 @@ pub enum Outcome {
     Exited(i32),
     /// The lock was lost; the group was stopped.
     Lost(String),
+    /// --max-time ran out; the group was stopped like on a loss.
+    MaxTime,
 }
 
 /// Waits for the child while watching `events` and the session deadline; returns once the
@@ -408,6 +412,7 @@ pub fn supervise(
     policy: StopPolicy,
 ) -> (Outcome, bool) {
     let mut lost: Option<String> = None;
+    let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut status: Option<i32> = None;
     let mut killed = false;
@@ -422,6 +427,7 @@ pub fn supervise(
         child.stop_all(policy.kill_signal, stopped);
         kill_at.get_or_insert(Instant::now() + policy.grace);
         ui::notice(format_args!("lock lost: {reason}; stopping the command"));
+        crate::events::emit("lost", serde_json::json!({ "reason": reason }));
         *lost = Some(reason);
     };
     while status.is_none() {
@@ -429,7 +435,8 @@ pub fn supervise(
         let mut wake = now + Duration::from_secs(3600);
         if lost.is_none() {
             wake = wake.min(session_deadline());
-        } else {
+        }
+        if lost.is_some() || timed_out {
             // Descendants may escape while the group is being stopped.
             wake = wake.min(now + Duration::from_millis(50));
         }
@@ -456,9 +463,17 @@ pub fn supervise(
                     lose(reason, &mut lost, &mut kill_at, &mut stopped);
                 }
             }
+            Ok(Event::MaxTime(why)) => {
+                if lost.is_none() && !timed_out {
+                    child.stop_all(policy.kill_signal, &mut stopped);
+                    kill_at.get_or_insert(Instant::now() + policy.grace);
+                    ui::notice(format_args!("{why}; stopping the command"));
+                    timed_out = true;
+                }
+            }
             Ok(Event::Stopped(sig)) => {
                 // While stopping the command, a stop must not stop conlock too.
-                if lost.is_none() {
+                if lost.is_none() && !timed_out {
                     let deadline = session_deadline();
                     ui::verbose(format_args!(
                         "the command stopped on signal {sig}; stopping conlock too"
@@ -495,7 +510,7 @@ pub fn supervise(
                 &mut stopped,
             );
         }
-        if lost.is_some() && status.is_none() {
+        if (lost.is_some() || timed_out) && status.is_none() {
             let sig = if killed {
                 Signal::SIGKILL
             } else {
@@ -517,6 +532,7 @@ pub fn supervise(
     let gone = stop_leftovers(child, policy, kill_at, &mut stopped);
     let outcome = match lost {
         Some(reason) => Outcome::Lost(reason),
+        None if timed_out => Outcome::MaxTime,
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
     };
     (outcome, gone)
@@ -699,6 +715,17 @@ pub fn stop_group(pgid: i32, first: Signal, grace: Duration) -> bool {
     wait(Duration::from_secs(10))
 }
 
+/// The signal the direct child died of (0: none), for telling 128+N from an exit code.
+static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signal the command died of, if it died of one.
+pub fn child_signal() -> Option<i32> {
+    match CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
 /// Reaps every child (we are a subreaper) and reports the direct child's end, and its
 /// stops on terminal signals (job control).
 fn reap(pid: Pid, events: Sender<Event>) {
@@ -714,6 +741,7 @@ fn reap(pid: Pid, events: Sender<Event>) {
                 let _ = events.send(Event::ChildExited(code));
             }
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
+                CHILD_SIGNAL.store(sig as i32, std::sync::atomic::Ordering::SeqCst);
                 let _ = events.send(Event::ChildExited(128 + sig as i32));
             }
             Ok(_) => {}

@@ -160,6 +160,11 @@ pub fn timestamp(t: SystemTime) -> String {
     s
 }
 
+/// `HH:MM:SS UTC`, for "until about" in messages.
+pub fn clock_time(t: SystemTime) -> String {
+    format!("{} UTC", &timestamp_micros(t)[11..19])
+}
+
 /// RFC 3339 UTC with microseconds, for -v progress lines.
 pub fn timestamp_micros(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();

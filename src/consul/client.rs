@@ -2,7 +2,7 @@
 
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
@@ -111,6 +111,8 @@ pub struct Client {
     cfg: Arc<ConnConfig>,
     /// Timeout of a non-blocking call.
     pub request_timeout: Duration,
+    /// No call lasts past this (see `with_deadline`).
+    deadline: Option<Instant>,
 }
 
 struct Answer {
@@ -135,7 +137,17 @@ impl Client {
             agent: builder.build().into(),
             cfg: Arc::new(cfg),
             request_timeout: Duration::from_secs(10),
+            deadline: None,
         })
+    }
+
+    /// A client whose calls all end by `deadline` (one already past fails at once with
+    /// a timeout): for best-effort cleanup that must not hold up the exit.
+    pub fn with_deadline(&self, deadline: Instant) -> Client {
+        Client {
+            deadline: Some(deadline),
+            ..self.clone()
+        }
     }
 
     pub fn config(&self) -> &ConnConfig {
@@ -348,6 +360,20 @@ impl Client {
         what: &str,
     ) -> Result<Answer> {
         let url = self.url(path, params);
+        let timeout = match self.deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ConsulError::Timeout {
+                        what: what.to_string(),
+                        addr: self.cfg.addr.clone(),
+                        secs: 0.0,
+                    });
+                }
+                timeout.min(left)
+            }
+            None => timeout,
+        };
         let answer = self.send(method, &url, body, timeout, what)?;
         match answer.status {
             200..=299 => Ok(answer),

@@ -3,9 +3,11 @@
 mod client;
 mod common;
 mod devserver;
+mod devserver_faults;
 mod faults;
 mod harness;
 mod ops;
+mod peers;
 mod process;
 mod prop;
 mod review;
