@@ -451,8 +451,12 @@ fn min_hold(
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     // Signals ignored when conlock started (`nohup`, background jobs of a non-interactive
     // shell) stay ignored: not caught, not forwarded, and the child inherits SIG_IGN.
+    // SIGTSTP (Ctrl-Z while conlock, not the command, has the terminal) goes to the
+    // command like sudo does; conlock stops when the command does. Stopping conlock alone
+    // would leave the command running unsupervised with nobody renewing the session.
     let caught: Vec<i32> = supervise::FORWARDED
         .into_iter()
+        .chain([libc::SIGTSTP])
         .filter(|&sig| !supervise::ignored(sig))
         .collect();
     let mut signals = signal_hook::iterator::Signals::new(caught)
@@ -462,6 +466,11 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
         .spawn(move || {
             for sig in signals.forever() {
                 let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
+                if sig == libc::SIGTSTP && !matches!(&*guard, Phase::Holding(_)) {
+                    // No command yet: what SIGTSTP would have done.
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    continue;
+                }
                 match &*guard {
                     Phase::Holding(tx) => {
                         if TERMINATING.contains(&sig) {

@@ -319,6 +319,45 @@ fn ctrl_z_stops_the_job_and_fg_continues_it() {
     assert!(wait_sessions(&server, 0), "the session was not destroyed");
 }
 
+/// Case 7, conlock in the foreground (stdin is not the terminal, so the command does not
+/// get it): Ctrl-Z reaches conlock, which passes SIGTSTP to the command and stops with
+/// it, instead of stopping alone while the command runs on unsupervised.
+#[test]
+fn ctrl_z_to_conlock_stops_the_command_too() {
+    let server = start_server();
+    let dir = scratch("ctrl-z-fg");
+    let pidfile = dir.join("pid");
+    let sh = Shell::start(&server);
+    sh.line(&format!(
+        "{BIN} run --key ctrl-z-fg -- sh -c 'echo $$ > {}; while :; do sleep 0.05; done' < /dev/null",
+        pidfile.display()
+    ));
+    let child = read_pid(&pidfile);
+    let conlock_pid = stat(child).unwrap().1;
+    let _reap = Reap(vec![child, conlock_pid]);
+    sh.send("\x1a");
+    sh.expect("Stopped");
+    assert!(
+        wait_for(LONG, || state(conlock_pid) == Some('T')),
+        "conlock did not stop"
+    );
+    assert!(
+        wait_for(LONG, || state(child) == Some('T')),
+        "the command ran on while conlock was stopped"
+    );
+    sh.line("fg");
+    assert!(
+        wait_for(LONG, || state(conlock_pid).is_some_and(|s| s != 'T')
+            && state(child).is_some_and(|s| s != 'T')),
+        "fg did not continue conlock and the command"
+    );
+    // Ctrl-C reaches conlock, which forwards SIGINT: the command dies of it.
+    sh.send("\x03");
+    assert!(wait_for(LONG, || !process_alive(conlock_pid)));
+    sh.line(ECHO_EXIT);
+    sh.expect("EXIT=130");
+}
+
 /// Case 7: a job stopped for longer than its session deadline is a loss when it is
 /// continued: the command is stopped without running on, and conlock exits 124.
 #[test]
