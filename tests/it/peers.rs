@@ -548,10 +548,11 @@ fn waiter_sleeps_through_a_known_lock_delay() {
     );
     assert!(wait_for(LONG, || read(&ev).contains("\"waiting\"")));
     // Let the waiter's blocking query settle before counting.
-    let settled = server.request_count();
+    let mut last = server.request_count();
     assert!(wait_for(LONG, || {
         std::thread::sleep(Duration::from_millis(200));
-        server.request_count() == settled
+        let now = server.request_count();
+        std::mem::replace(&mut last, now) == now
     }));
     let before = server.request_count();
     let t0 = now_ns();
