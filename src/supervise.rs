@@ -358,9 +358,14 @@ impl Child {
             if sig == libc::SIGSTOP {
                 libc::raise(sig);
             } else {
-                let old = libc::signal(sig, libc::SIG_DFL);
+                // The default action for this one raise; the whole sigaction is restored
+                // after (a signal-hook handler needs its SA_SIGINFO flag back).
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, &dfl, &mut old);
                 libc::raise(sig);
-                libc::signal(sig, old);
+                libc::sigaction(sig, &old, std::ptr::null_mut());
             }
         }
     }

@@ -293,24 +293,30 @@ fn ctrl_z_stops_the_job_and_fg_continues_it() {
     let conlock_pid = stat(child).unwrap().1;
     let _reap = Reap(vec![child, conlock_pid]);
     assert!(wait_for(LONG, || state(child) == Some('S')));
-    let prompts = sh.output().matches("PROMPT> ").count();
-    sh.send("\x1a");
-    sh.expect("Stopped");
-    assert!(
-        wait_for(LONG, || sh.output().matches("PROMPT> ").count() > prompts),
-        "no prompt after Ctrl-Z:\n{}",
-        sh.output()
-    );
-    assert!(
-        wait_for(LONG, || state(conlock_pid) == Some('T')),
-        "conlock kept running while its command was stopped"
-    );
-    assert_eq!(state(child), Some('T'));
-    sh.line("fg");
-    assert!(
-        wait_for(LONG, || state(child) == Some('S')),
-        "fg did not continue the command"
-    );
+    for round in 1..=2 {
+        let prompts = sh.output().matches("PROMPT> ").count();
+        sh.send("\x1a");
+        assert!(
+            wait_for(LONG, || sh.output().matches("Stopped").count() == round),
+            "no Stopped for Ctrl-Z number {round}:\n{}",
+            sh.output()
+        );
+        assert!(
+            wait_for(LONG, || sh.output().matches("PROMPT> ").count() > prompts),
+            "no prompt after Ctrl-Z:\n{}",
+            sh.output()
+        );
+        assert!(
+            wait_for(LONG, || state(conlock_pid) == Some('T')),
+            "conlock kept running while its command was stopped"
+        );
+        assert_eq!(state(child), Some('T'));
+        sh.line("fg");
+        assert!(
+            wait_for(LONG, || state(child) == Some('S')),
+            "fg did not continue the command"
+        );
+    }
     sh.line("hello");
     assert!(wait_for(LONG, || !process_alive(conlock_pid)));
     sh.line(ECHO_EXIT);
@@ -335,22 +341,29 @@ fn ctrl_z_to_conlock_stops_the_command_too() {
     let child = read_pid(&pidfile);
     let conlock_pid = stat(child).unwrap().1;
     let _reap = Reap(vec![child, conlock_pid]);
-    sh.send("\x1a");
-    sh.expect("Stopped");
-    assert!(
-        wait_for(LONG, || state(conlock_pid) == Some('T')),
-        "conlock did not stop"
-    );
-    assert!(
-        wait_for(LONG, || state(child) == Some('T')),
-        "the command ran on while conlock was stopped"
-    );
-    sh.line("fg");
-    assert!(
-        wait_for(LONG, || state(conlock_pid).is_some_and(|s| s != 'T')
-            && state(child).is_some_and(|s| s != 'T')),
-        "fg did not continue conlock and the command"
-    );
+    // Twice: the second Ctrl-Z finds conlock's SIGTSTP handler restored.
+    for round in 1..=2 {
+        sh.send("\x1a");
+        assert!(
+            wait_for(LONG, || sh.output().matches("Stopped").count() == round),
+            "no Stopped for Ctrl-Z number {round}:\n{}",
+            sh.output()
+        );
+        assert!(
+            wait_for(LONG, || state(conlock_pid) == Some('T')),
+            "conlock did not stop"
+        );
+        assert!(
+            wait_for(LONG, || state(child) == Some('T')),
+            "the command ran on while conlock was stopped"
+        );
+        sh.line("fg");
+        assert!(
+            wait_for(LONG, || state(conlock_pid).is_some_and(|s| s != 'T')
+                && state(child).is_some_and(|s| s != 'T')),
+            "fg did not continue conlock and the command"
+        );
+    }
     // Ctrl-C reaches conlock, which forwards SIGINT: the command dies of it.
     sh.send("\x03");
     assert!(wait_for(LONG, || !process_alive(conlock_pid)));
