@@ -146,6 +146,8 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
+    // From here on a stderr nobody reads must not block supervision or renewal.
+    ui::detach();
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
@@ -485,13 +487,28 @@ fn wait_survivors(session: &Session, pgid: i32) -> Option<String> {
 }
 
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new(supervise::FORWARDED)
+    // Signals ignored when conlock started (`nohup`, background jobs of a non-interactive
+    // shell) stay ignored: not caught, not forwarded, and the child inherits SIG_IGN.
+    // SIGTSTP (Ctrl-Z while conlock, not the command, has the terminal) goes to the
+    // command like sudo does; conlock stops when the command does. Stopping conlock alone
+    // would leave the command running unsupervised with nobody renewing the session.
+    let caught: Vec<i32> = supervise::FORWARDED
+        .into_iter()
+        .chain([libc::SIGTSTP])
+        .filter(|&sig| !supervise::ignored(sig))
+        .collect();
+    let mut signals = signal_hook::iterator::Signals::new(caught)
         .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
                 let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
+                if sig == libc::SIGTSTP && !matches!(&*guard, Phase::Holding(_)) {
+                    // No command yet: what SIGTSTP would have done.
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    continue;
+                }
                 match &*guard {
                     Phase::Holding(tx) => {
                         if TERMINATING.contains(&sig) {
@@ -502,6 +519,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                     Phase::Starting => {
                         if TERMINATING.contains(&sig) {
                             events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }
@@ -513,6 +531,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                             // Destroying the session also drops anything it may just have acquired.
                             let _ = client.session_destroy(&session.id());
                             events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }

@@ -10,6 +10,7 @@ mod guardian;
 mod harness;
 mod ops;
 mod peers;
+mod process;
 mod prop;
 mod review;
 mod run;
