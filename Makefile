@@ -1,23 +1,64 @@
 # conlock: `make demo` shows it working, `make test` runs every check.
 CARGO ?= cargo
-BIN := target/release/conlock
+# Where cargo puts its output (it honours CARGO_TARGET_DIR, so do we).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+DEBUG_BIN := $(TARGET_DIR)/debug/conlock
+RELEASE_BIN := $(TARGET_DIR)/release/conlock
+BIN := $(RELEASE_BIN)
+SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
-.PHONY: all build release demo test fmt-check lint unit completions completions-check bench soak clean
+# Install locations, GNU style: `make install PREFIX=/usr DESTDIR=/tmp/stage`.
+PREFIX ?= /usr/local
+prefix ?= $(PREFIX)
+exec_prefix ?= $(prefix)
+bindir ?= $(exec_prefix)/bin
+datarootdir ?= $(prefix)/share
+mandir ?= $(datarootdir)/man
+man1dir ?= $(mandir)/man1
+bashcompdir ?= $(datarootdir)/bash-completion/completions
+zshcompdir ?= $(datarootdir)/zsh/site-functions
+fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
+INSTALL ?= install
+INSTALL_PROGRAM ?= $(INSTALL) -m 755
+INSTALL_DATA ?= $(INSTALL) -m 644
+MANPAGES := $(sort $(wildcard docs/*.1))
 
-all: build
+# cargo-deb is installed from crates.io at this version if `cargo deb` is missing.
+CARGO_DEB_VERSION := 3.8.0
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB := $(TARGET_DIR)/debian/conlock_$(VERSION)-1_$(DEB_ARCH).deb
 
+.PHONY: all build release demo test fmt-check lint unit completions completions-check \
+	selfcontained-check install uninstall install-check deb deb-check units-check \
+	bench soak clean
+
+## `make && sudo make install`: the default target builds what `make install` installs.
+all: $(RELEASE_BIN)
+
+## The debug build (what `make demo` and the tests use).
 build:
 	$(CARGO) build
 
 release:
 	$(CARGO) build --release
 
-## Two jobs contend for one lock, then four for a 2-slot semaphore, on an embedded dev server.
-demo: release
-	bash scripts/demo.sh $(BIN)
+# Only rebuilt when a source is newer, so `sudo make install` after `make` does not run
+# cargo as root; touched because cargo leaves an up-to-date binary alone.
+$(RELEASE_BIN): $(SOURCES)
+	$(CARGO) build --release
+	@touch $@
 
-## Every check CI runs: formatting, lints, completions/man drift, unit and integration tests.
-test: fmt-check lint completions-check
+## Two jobs contend for one lock, then four for a 2-slot semaphore, on an embedded dev server.
+## Uses the debug build (no LTO) that `make test` reuses, so a fresh clone gets there fast.
+demo: build
+	bash scripts/demo.sh $(DEBUG_BIN)
+
+## Every check CI runs: formatting, lints, completions/man drift, unit and integration tests,
+## install layout, the Debian package's contents and the systemd units.
+## The test run comes last so that its summary closes the output.
+test: fmt-check lint completions-check selfcontained-check
+	$(MAKE) --no-print-directory units-check install-check deb-check
 	$(CARGO) test --all-targets
 
 fmt-check:
@@ -26,12 +67,52 @@ fmt-check:
 lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## Regenerate completions/ and docs/conlock.1 from the clap definitions.
+## Regenerate completions/ and docs/*.1 from the clap definitions.
 completions: build
-	bash scripts/completions.sh target/debug/conlock write
+	bash scripts/completions.sh $(DEBUG_BIN) write
 
 completions-check: build
-	bash scripts/completions.sh target/debug/conlock check
+	bash scripts/completions.sh $(DEBUG_BIN) check
+
+## A clone has nothing beside it: no file may point outside the repository.
+selfcontained-check:
+	bash scripts/check-selfcontained.sh
+
+## Binary, man pages and bash/zsh/fish completions under $(DESTDIR)$(PREFIX).
+install: $(RELEASE_BIN)
+	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir) $(DESTDIR)$(bashcompdir) \
+		$(DESTDIR)$(zshcompdir) $(DESTDIR)$(fishcompdir)
+	$(INSTALL_PROGRAM) $(RELEASE_BIN) $(DESTDIR)$(bindir)/conlock
+	$(INSTALL_DATA) $(MANPAGES) $(DESTDIR)$(man1dir)/
+	$(INSTALL_DATA) completions/conlock.bash $(DESTDIR)$(bashcompdir)/conlock
+	$(INSTALL_DATA) completions/_conlock $(DESTDIR)$(zshcompdir)/_conlock
+	$(INSTALL_DATA) completions/conlock.fish $(DESTDIR)$(fishcompdir)/conlock.fish
+
+## Removes exactly what `make install` put there (same PREFIX and DESTDIR).
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/conlock \
+		$(addprefix $(DESTDIR)$(man1dir)/,$(notdir $(MANPAGES))) \
+		$(DESTDIR)$(bashcompdir)/conlock \
+		$(DESTDIR)$(zshcompdir)/_conlock \
+		$(DESTDIR)$(fishcompdir)/conlock.fish
+
+install-check: $(RELEASE_BIN)
+	bash scripts/check-install.sh
+
+## A .deb (cargo-deb, metadata in Cargo.toml) with the binary, man pages, completions,
+## README and license.
+deb: $(RELEASE_BIN)
+	@$(CARGO) deb --version >/dev/null 2>&1 || { \
+		echo "cargo-deb not found: installing cargo-deb $(CARGO_DEB_VERSION) from crates.io"; \
+		$(CARGO) install --locked --version $(CARGO_DEB_VERSION) cargo-deb; }
+	$(CARGO) deb --no-build --output $(DEB)
+
+deb-check: deb
+	bash scripts/check-deb.sh $(DEB)
+
+## systemd-analyze verify on contrib/systemd/ (when it runs here) plus a parse of the keys.
+units-check: build
+	python3 scripts/check-units.py $(DEBUG_BIN)
 
 ## Performance targets (not part of `make test`); writes bench/results.json.
 bench: release

@@ -82,7 +82,7 @@ def main():
         body = f'echo "S {name} {jid} $EPOCHREALTIME" >> {log}; trap \'echo "E {name} {jid} $EPOCHREALTIME" >> {log}; exit 0\' TERM; sleep 0.$((RANDOM % 20 + 5)) & wait $!; echo "E {name} {jid} $EPOCHREALTIME" >> {log}'
         # bash -c BODY NAME: the job's id stands in its argv ($0), for the liveness poller.
         cmd = ["bash", "-c", body, f"{MARK}:{jid}"]
-        common = ["--ttl", "10s", "--lock-delay", "1s", "--kill-grace", "500ms", "-q"]
+        common = ["--ttl", "10s", "--lock-delay", "1s", "--kill-grace", "200ms", "-q"]
         if kind == "lock":
             return [binary, "run", "--key", name, *common, "--", *cmd]
         return [binary, "sem", "--limit", str(a.limit), "--prefix", name, *common, "--", *cmd]

@@ -399,7 +399,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__run)
-            opts="-v -q -h -V --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
+            opts="-v -q -h -V --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -465,6 +465,18 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --min-hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --http-addr)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -513,7 +525,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__sem)
-            opts="-n -v -q -h -V --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
+            opts="-n -v -q -h -V --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -576,6 +588,18 @@ _conlock() {
                     return 0
                     ;;
                 --monitor-retry-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --events)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -63,6 +63,9 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-signal -d '
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-grace -d 'Time between that signal and SIGKILL' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry-time -d 'Pause between those reads' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
@@ -93,6 +96,9 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-signal -d '
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-grace -d 'Time between that signal and SIGKILL' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry-time -d 'Pause between those reads' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F

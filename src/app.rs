@@ -95,7 +95,8 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
         Behavior::Release => "release",
         Behavior::Delete => "delete",
     };
-    let prepared = prepare(conn, &args.hold, behavior)?;
+    let mut prepared = prepare(conn, &args.hold, behavior)?;
+    crate::events::install(prepared.events.take(), "lock", &key);
     let value = prepared.value.clone();
     let lock = Lock::new(key, value);
     holder::hold(&prepared.client, prepared.spec, Arc::new(lock))
@@ -106,6 +107,8 @@ pub struct Prepared {
     pub client: Client,
     pub spec: HoldSpec,
     pub value: HolderValue,
+    /// `--events`, opened; installed once the target is known.
+    pub events: Option<crate::events::Sink>,
 }
 
 /// Validates the shared options and builds the client; makes no request.
@@ -115,6 +118,11 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             "--ttl {} is out of range: Consul accepts 10s to 24h",
             crate::duration::format(hold.ttl)
         )));
+    }
+    if hold.max_time == Some(Duration::ZERO) {
+        return Err(Error::Usage(
+            "--max-time must be longer than 0s (leave it out for no limit)".into(),
+        ));
     }
     let kill_signal = supervise::parse_signal(&hold.kill_signal)
         .map_err(|e| Error::Usage(format!("--kill-signal: {e}")))?;
@@ -168,9 +176,14 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         checks,
     };
     let client = client(conn)?;
+    let events = match &hold.events {
+        Some(spec) => Some(crate::events::Sink::open(spec).map_err(Error::Usage)?),
+        None => None,
+    };
     Ok(Prepared {
         client,
         value,
+        events,
         spec: HoldSpec {
             program,
             session,
@@ -184,6 +197,8 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
                 retries: hold.monitor_retry,
                 retry_time: hold.monitor_retry_time,
             },
+            min_hold: hold.min_hold.filter(|d| !d.is_zero()),
+            max_time: hold.max_time,
         },
     })
 }

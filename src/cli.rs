@@ -11,6 +11,7 @@ Exit codes:
   N        the command's own exit code
   128+N    the command died of signal N
   75       busy: not acquired within --timeout (see --busy-exit-code)
+  123      the command ran longer than --max-time and was stopped
   124      the lock or slot was lost while the command ran
   125      conlock's own error: usage, Consul unreachable, ACL denied, key conflict
   126      the command is not executable
@@ -237,6 +238,15 @@ pub struct HoldArgs {
     /// Pause between those reads
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub monitor_retry_time: Duration,
+    /// Keep the lock at least this long after the command started, even if it ends sooner
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_hold: Option<Duration>,
+    /// Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_time: Option<Duration>,
+    /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
+    #[arg(long, value_name = "FILE|-|fd:N")]
+    pub events: Option<String>,
     /// The command and its arguments
     #[arg(last = true, value_name = "CMD", required = true, num_args = 1..)]
     pub command: Vec<OsString>,

@@ -24,6 +24,16 @@ impl BootInstant {
         BootInstant(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
     }
 
+    /// The same moment as a CLOCK_MONOTONIC `Instant` (their offset is fixed while awake).
+    pub fn from_instant(i: std::time::Instant) -> BootInstant {
+        let (now, boot) = (std::time::Instant::now(), BootInstant::now());
+        if i >= now {
+            boot + (i - now)
+        } else {
+            boot - (now - i)
+        }
+    }
+
     /// Nanoseconds since boot, for passing to another process.
     pub fn as_nanos(self) -> u64 {
         self.0.as_nanos() as u64
@@ -82,5 +92,10 @@ mod tests {
         assert_eq!(BootInstant::from_nanos(b.as_nanos()), b);
         assert!((a + Duration::from_secs(5)).remaining() > Duration::from_secs(4));
         assert!((a - Duration::from_secs(1)).has_passed());
+        let later = std::time::Instant::now() + Duration::from_secs(3);
+        let r = BootInstant::from_instant(later).remaining();
+        assert!(r > Duration::from_millis(2900) && r <= Duration::from_secs(3));
+        let earlier = std::time::Instant::now() - Duration::from_millis(10);
+        assert!(BootInstant::from_instant(earlier).has_passed());
     }
 }

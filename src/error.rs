@@ -4,6 +4,8 @@ use crate::consul::{ConfigError, ConsulError};
 
 pub mod exit {
     pub const BUSY: i32 = 75;
+    /// The command ran longer than --max-time and was stopped.
+    pub const MAX_TIME: i32 = 123;
     pub const LOST: i32 = 124;
     pub const INTERNAL: i32 = 125;
     pub const NOT_EXECUTABLE: i32 = 126;

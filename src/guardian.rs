@@ -1,24 +1,34 @@
-//! The guardian: a tiny process (conlock re-executed as `conlock __guardian`) that outlives
-//! a conlock killed by SIGKILL or a crash. It learns over a pipe what conlock holds; when
-//! the pipe closes without `done`, it SIGKILLs the child's process group, waits until the
-//! group is gone, and only then releases the claim and destroys the session. The next
-//! holder then starts at once instead of after TTL expiry plus lock-delay.
+//! The guardian: a tiny process that outlives a conlock killed by SIGKILL or a crash, and
+//! watches a conlock that is stuck. It is forked at the start of `main`, while conlock has
+//! a single thread (so it runs ordinary Rust and costs no exec), or when the guardian is
+//! started if conlock still has a single thread then. It learns over a pipe what conlock
+//! holds:
+//!
+//! - The pipe closes without `Done` (conlock died): unless told `GroupGone`, it SIGKILLs
+//!   the command's process group and waits until no member is alive (zombies are dead,
+//!   members it may not signal are alive). Survivors: it keeps the session alive (renewing)
+//!   until they are gone, so the lock does not pass to a new holder beside them. Then it
+//!   releases the claim and destroys the session: the next holder starts at once.
+//! - The deadline conlock sent (when the command must be dead) passes while the pipe is
+//!   open and the group was not reported gone (conlock stopped or stuck): it SIGKILLs the
+//!   group. It does not release: conlock is alive and does that itself.
+//!
+//! It never panics on output: messages go to stderr through one writer thread, written
+//! with `libc::write` and errors ignored, so a closed or blocked stderr cannot stop it.
 
-use std::io::{BufRead, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{ChildStdin, Command, Stdio};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::BootInstant;
 use crate::consul::{Client, ConnConfig};
 use crate::holder::Claim;
 use crate::ui;
-
-pub const GUARDIAN_ARG: &str = "__guardian";
 
 /// What the guardian must give back if conlock dies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,47 +40,58 @@ pub enum ClaimInfo {
 #[derive(Debug, Serialize, Deserialize)]
 enum Msg {
     Conn(Box<ConnConfig>),
-    Session(String),
+    /// The session ID and its TTL in milliseconds (for renewing it while survivors run).
+    Session(String, u64),
     ProcessGroup(i32),
     Claim(ClaimInfo),
+    /// The moment (CLOCK_BOOTTIME, ns) by which the command's group must be dead.
+    Deadline(u64),
+    /// The command's group is gone: never signal that process group ID again.
+    GroupGone,
     Done,
+}
+
+/// The write end of a guardian forked at the start of `main`.
+static PREFORKED: Mutex<Option<File>> = Mutex::new(None);
+
+/// Forks the guardian now if conlock has a single thread. Called first thing in `main`
+/// for `run` and `sem`: then the copy is small and no lock can be held by another thread.
+pub fn prefork() {
+    if let Some(pipe) = fork_guardian() {
+        *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe);
+    }
 }
 
 /// conlock's end of the pipe.
 pub struct Guardian {
-    pipe: Mutex<Option<ChildStdin>>,
+    pipe: Mutex<Option<File>>,
+    /// A deadline not written yet (0: none): sent with the next message.
+    pending_deadline: AtomicU64,
 }
 
 impl Guardian {
-    /// Starts the guardian; `None` (with a warning) if that is impossible.
+    /// Starts the guardian (or takes the one forked at start); `None` (with a warning)
+    /// if that is impossible.
     pub fn start(conn: &ConnConfig) -> Option<Arc<Guardian>> {
-        let spawned = Command::new("/proc/self/exe")
-            .arg(GUARDIAN_ARG)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            // Its own group: a signal to conlock's group must not take the guardian along.
-            .process_group(0)
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                let g = Arc::new(Guardian {
-                    pipe: Mutex::new(child.stdin.take()),
-                });
-                g.send(&Msg::Conn(Box::new(conn.clone())));
-                Some(g)
-            }
-            Err(e) => {
-                ui::warn(format_args!(
-                    "cannot start the guardian process ({e}); if conlock is killed, its command may outlive it"
-                ));
-                None
-            }
-        }
+        let preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(pipe) = preforked.or_else(fork_guardian) else {
+            ui::warn(
+                "cannot start the guardian process (fork failed, or conlock already runs threads); if conlock is killed, its command may outlive it",
+            );
+            return None;
+        };
+        // Never block a renewal on a guardian that does not read (it may be stopped).
+        set_nonblocking(pipe.as_raw_fd());
+        let g = Arc::new(Guardian {
+            pipe: Mutex::new(Some(pipe)),
+            pending_deadline: AtomicU64::new(0),
+        });
+        g.send(&Msg::Conn(Box::new(conn.clone())));
+        Some(g)
     }
 
-    pub fn session(&self, id: &str) {
-        self.send(&Msg::Session(id.to_string()));
+    pub fn session(&self, id: &str, ttl: Duration) {
+        self.send(&Msg::Session(id.to_string(), ttl.as_millis() as u64));
     }
 
     pub fn process_group(&self, pgid: i32) {
@@ -79,6 +100,21 @@ impl Guardian {
 
     pub fn claim(&self, claim: ClaimInfo) {
         self.send(&Msg::Claim(claim));
+    }
+
+    /// The command must be dead by `at`. Never blocks: called by the renew thread. If the
+    /// pipe is busy, the newest deadline goes out with the next message.
+    pub fn deadline(&self, at: BootInstant) {
+        self.pending_deadline
+            .store(at.as_nanos().max(1), Ordering::SeqCst);
+        if let Ok(mut pipe) = self.pipe.try_lock() {
+            self.flush_deadline(&mut pipe);
+        }
+    }
+
+    /// The command's whole group is gone; from now on the guardian signals nothing.
+    pub fn group_gone(&self) {
+        self.send(&Msg::GroupGone);
     }
 
     /// Everything ended normally: the guardian exits without doing anything.
@@ -90,18 +126,173 @@ impl Guardian {
     fn send(&self, msg: &Msg) {
         let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = pipe.as_mut() {
-            let mut line = serde_json::to_vec(msg).expect("guardian message");
-            line.push(b'\n');
-            if p.write_all(&line).and_then(|_| p.flush()).is_err() {
-                ui::warn("the guardian process is gone; if conlock is killed, its command may outlive it");
-                pipe.take();
+            if write_all_waiting(p, &line(msg)).is_err() {
+                gone_warning(&mut pipe);
+                return;
             }
+        }
+        self.flush_deadline(&mut pipe);
+    }
+
+    fn flush_deadline(&self, pipe: &mut Option<File>) {
+        let Some(p) = pipe.as_mut() else { return };
+        let ns = self.pending_deadline.swap(0, Ordering::SeqCst);
+        if ns == 0 {
+            return;
+        }
+        // One line below PIPE_BUF: written whole or not at all.
+        match p.write(&line(&Msg::Deadline(ns))) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let _ = self.pending_deadline.compare_exchange(
+                    0,
+                    ns,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+            Err(_) => gone_warning(pipe),
         }
     }
 }
 
-/// Entry point of `conlock __guardian`.
-pub fn main() -> i32 {
+fn line(msg: &Msg) -> Vec<u8> {
+    let mut line = serde_json::to_vec(msg).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+fn gone_warning(pipe: &mut Option<File>) {
+    ui::warn("the guardian process is gone; if conlock is killed, its command may outlive it");
+    pipe.take();
+}
+
+/// Writes everything to a non-blocking pipe, waiting while it is full.
+fn write_all_waiting(p: &mut File, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match p.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut pfd = libc::pollfd {
+                    fd: p.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut pfd, 1, -1) };
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn set_nonblocking(fd: RawFd) {
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// True if this process has exactly one thread (then fork leaves no lock held).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.strip_prefix("Threads:").map(str::trim) == Some("1"))
+    })
+}
+
+/// Forks the guardian if this process has a single thread; returns conlock's end.
+fn fork_guardian() -> Option<File> {
+    if !single_threaded() {
+        return None;
+    }
+    let mut fds = [0 as RawFd; 2];
+    // CLOEXEC: the command must not inherit the write end, or the guardian would not
+    // see the pipe close when conlock dies.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    let (read_end, write_end) = (fds[0], fds[1]);
+    match unsafe { libc::fork() } {
+        -1 => {
+            unsafe {
+                libc::close(read_end);
+                libc::close(write_end);
+            }
+            None
+        }
+        0 => {
+            // The guardian: a single-threaded copy, so ordinary Rust is safe here.
+            unsafe {
+                libc::close(write_end);
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                if null >= 0 {
+                    // Not conlock's stdin and stdout: a reader of those must see EOF when
+                    // conlock ends. stderr stays, for its messages.
+                    libc::dup2(null, 0);
+                    libc::dup2(null, 1);
+                    if null > 2 {
+                        libc::close(null);
+                    }
+                }
+                libc::setpgid(0, 0);
+            }
+            let code = serve(read_end);
+            // No destructors or atexit handlers of conlock's copy.
+            unsafe { libc::_exit(code) }
+        }
+        _ => {
+            unsafe { libc::close(read_end) };
+            Some(unsafe { File::from_raw_fd(write_end) })
+        }
+    }
+}
+
+/// What the guardian knows.
+#[derive(Default)]
+struct Known {
+    conn: Option<Box<ConnConfig>>,
+    session: Option<(String, Duration)>,
+    pgid: Option<i32>,
+    claim: Option<ClaimInfo>,
+    deadline: Option<BootInstant>,
+    group_gone: bool,
+    /// When the watchdog SIGKILLed the group (it then waits to see it gone).
+    fired: Option<Instant>,
+}
+
+impl Known {
+    fn apply(&mut self, msg: Msg) {
+        match msg {
+            Msg::Conn(c) => self.conn = Some(c),
+            Msg::Session(id, ttl_ms) => self.session = Some((id, Duration::from_millis(ttl_ms))),
+            Msg::ProcessGroup(p) => self.pgid = Some(p),
+            Msg::Claim(c) => self.claim = Some(c),
+            Msg::Deadline(ns) => self.deadline = Some(BootInstant::from_nanos(ns)),
+            Msg::GroupGone => self.group_gone = true,
+            Msg::Done => {}
+        }
+    }
+
+    /// The group the guardian may still signal.
+    fn live_group(&self) -> Option<i32> {
+        self.pgid.filter(|&p| p > 1 && !self.group_gone)
+    }
+
+    /// When the watchdog must fire, if it is armed.
+    fn watchdog(&self) -> Option<BootInstant> {
+        self.live_group()
+            .filter(|_| self.fired.is_none())
+            .and(self.deadline)
+    }
+}
+
+/// Reads messages from `fd` until `Done` (exit 0) or the pipe closes (conlock died).
+fn serve(fd: RawFd) -> i32 {
     for sig in [
         libc::SIGINT,
         libc::SIGTERM,
@@ -111,44 +302,137 @@ pub fn main() -> i32 {
         libc::SIGTTIN,
         libc::SIGTTOU,
         libc::SIGPIPE,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
     ] {
         unsafe {
             libc::signal(sig, libc::SIG_IGN);
         }
     }
-    let (mut conn, mut session, mut pgid, mut claim) = (None, None, None, None);
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        match serde_json::from_str::<Msg>(&line) {
-            Ok(Msg::Done) => return 0,
-            Ok(Msg::Conn(c)) => conn = Some(c),
-            Ok(Msg::Session(s)) => session = Some(s),
-            Ok(Msg::ProcessGroup(p)) => pgid = Some(p),
-            Ok(Msg::Claim(c)) => claim = Some(c),
-            Err(_) => {}
-        }
-    }
-    // The pipe closed without `done`: conlock died.
-    if let Some(p) = pgid.filter(|&p| p > 1) {
-        let group = Pid::from_raw(-p);
-        let _ = kill(group, Signal::SIGKILL);
-        let until = Instant::now() + Duration::from_secs(10);
-        while kill(group, None).is_ok() {
-            if Instant::now() >= until {
-                eprintln!("conlock guardian: process group {p} survived SIGKILL; leaving the session to expire");
-                return 1;
+    let conlock_pid = unsafe { libc::getppid() };
+    let mut out = Say::default();
+    let mut known = Known::default();
+    let timer = Timer::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let watchdog = known.watchdog();
+        if let (Some(at), Some(p)) = (watchdog, known.live_group()) {
+            // A newer deadline may wait unread in the pipe: read it first.
+            if at.has_passed() && !readable(fd) {
+                unsafe { libc::kill(-p, libc::SIGKILL) };
+                known.fired = Some(Instant::now());
+                out.say(format!(
+                    "conlock (pid {conlock_pid}) is stopped or stuck past its deadline; SIGKILLed its command's process group {p}"
+                ));
+                continue;
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
-        eprintln!("conlock guardian: conlock died; killed its command's process group {p}");
+        let mut timeout = timer.arm(watchdog);
+        if let (Some(at), Some(p)) = (known.fired, known.live_group()) {
+            // Once the killed group is gone its ID may be reused: never signal it again.
+            if crate::pgroup::gone(p) {
+                known.group_gone = true;
+                continue;
+            }
+            timeout = if at.elapsed() < Duration::from_secs(1) {
+                10
+            } else {
+                500
+            };
+        }
+        let mut pfds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: timer.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let n = if watchdog.is_some() && timer.fd >= 0 {
+            2
+        } else {
+            1
+        };
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), n, timeout) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if n == 2 && pfds[1].revents != 0 {
+            timer.clear();
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        let got = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        if got < 0 {
+            match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
+                _ => break,
+            }
+        }
+        if got == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..got as usize]);
+        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            match serde_json::from_slice::<Msg>(&line) {
+                Ok(Msg::Done) => {
+                    out.finish();
+                    return 0;
+                }
+                Ok(m) => known.apply(m),
+                Err(_) => {}
+            }
+        }
     }
-    let (Some(conn), Some(session)) = (conn, session) else {
+    // The pipe closed without `Done`: conlock died.
+    let code = take_over(known, conlock_pid, &mut out);
+    out.finish();
+    code
+}
+
+fn readable(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+}
+
+/// conlock died: make sure its command is dead, then give the claim back.
+fn take_over(known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
+    let group = known.live_group();
+    if let Some(p) = group {
+        unsafe { libc::kill(-p, libc::SIGKILL) };
+    }
+    let client = known.conn.clone().and_then(|c| Client::new(*c).ok());
+    if let Some(p) = group {
+        if !wait_group_gone(p, &known, client.as_ref(), out) {
+            return 1;
+        }
+        out.say(format!(
+            "conlock (pid {conlock_pid}) died; killed its command's process group {p}"
+        ));
+    }
+    let (Some(client), Some((session, _))) = (client, known.session) else {
         return 0;
     };
-    let Ok(client) = Client::new(*conn) else {
-        return 1;
+    let what = match &known.claim {
+        Some(ClaimInfo::Lock { key }) => format!("the lock {key:?}"),
+        Some(ClaimInfo::Semaphore { prefix, .. }) => format!("a slot of semaphore {prefix:?}"),
+        None => "nothing".to_string(),
     };
-    if let Some(c) = claim {
+    if let Some(c) = known.claim {
         let claim: Box<dyn Claim> = match c {
             ClaimInfo::Lock { key } => Box::new(crate::lock::Lock::new(
                 key,
@@ -163,8 +447,172 @@ pub fn main() -> i32 {
         ui::set_level(ui::Level::Quiet);
         claim.release(&client, &session);
     }
-    if client.session_destroy(&session).is_ok() && pgid.is_some() {
-        eprintln!("conlock guardian: released the lock and destroyed session {session}");
+    if client.session_destroy(&session).is_ok() && known.pgid.is_some() {
+        out.say(format!("released {what} and destroyed session {session}"));
     }
     0
+}
+
+/// How long survivors are waited for before they are reported and the session renewed.
+const SURVIVOR_NOTICE: Duration = Duration::from_secs(1);
+
+/// Waits until group `p` is gone. While survivors run (SIGKILL cannot reach them, or has
+/// not yet), keeps the session alive so that no new holder starts beside them. False if
+/// the session was lost meanwhile (nothing left to give back).
+fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say) -> bool {
+    let started = Instant::now();
+    let mut surviving = false;
+    let mut next_renew = started + SURVIVOR_NOTICE;
+    loop {
+        if crate::pgroup::gone(p) {
+            if surviving {
+                out.say(format!(
+                    "the surviving processes of group {p} are gone; releasing"
+                ));
+            }
+            return true;
+        }
+        let waited = started.elapsed();
+        if waited >= SURVIVOR_NOTICE && !surviving {
+            surviving = true;
+            let keep = match &known.session {
+                Some((id, _)) if client.is_some() => {
+                    format!("keeping session {id} alive (renewing it) until they are gone, so that no other holder starts beside them")
+                }
+                _ => "no session to keep".to_string(),
+            };
+            out.say(format!(
+                "conlock died; processes of its command's group {p} survive SIGKILL (or may not be signalled); {keep}"
+            ));
+        }
+        if let (Some(c), Some((id, ttl))) = (client, &known.session) {
+            if surviving && Instant::now() >= next_renew {
+                let ttl = *ttl;
+                next_renew = match c.session_renew(id, (ttl / 3).min(Duration::from_secs(5))) {
+                    Ok(Some(_)) => Instant::now() + ttl / 3,
+                    Ok(None) => {
+                        out.say(format!(
+                            "session {id} is gone: the lock is no longer held, although processes of group {p} still run"
+                        ));
+                        return false;
+                    }
+                    Err(_) => Instant::now() + Duration::from_secs(1),
+                };
+            }
+        }
+        // Fast at first: failover waits on this.
+        std::thread::sleep(if waited < Duration::from_millis(200) {
+            Duration::from_millis(1)
+        } else if waited < SURVIVOR_NOTICE {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_millis(100)
+        });
+    }
+}
+
+/// A timerfd on CLOCK_BOOTTIME, so that a deadline passed during a suspend is noticed.
+struct Timer {
+    fd: RawFd,
+}
+
+impl Timer {
+    fn new() -> Timer {
+        let fd = unsafe {
+            libc::timerfd_create(libc::CLOCK_BOOTTIME, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        };
+        Timer { fd }
+    }
+
+    /// Consumes an expiry, so that the timer is not readable any more.
+    fn clear(&self) {
+        let mut ticks = [0u8; 8];
+        unsafe { libc::read(self.fd, ticks.as_mut_ptr().cast(), ticks.len()) };
+    }
+
+    /// Arms the timer for `at`; returns the poll timeout to use.
+    fn arm(&self, at: Option<BootInstant>) -> libc::c_int {
+        let Some(at) = at else {
+            return -1;
+        };
+        if self.fd < 0 {
+            // No timerfd: wake up every 100 ms to check.
+            return at.remaining().as_millis().min(100) as libc::c_int;
+        }
+        let ns = at.as_nanos();
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                // Zero would disarm it.
+                tv_nsec: ((ns % 1_000_000_000).max(1)) as libc::c_long,
+            },
+        };
+        unsafe {
+            libc::timerfd_settime(
+                self.fd,
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+        -1
+    }
+}
+
+/// The guardian's messages: one writer thread, started on the first message, so that
+/// a stderr that blocks cannot hold up a kill or a release, and one that fails is ignored.
+#[derive(Default)]
+struct Say {
+    tx: Option<std::sync::mpsc::Sender<String>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Say {
+    fn say(&mut self, msg: String) {
+        if self.tx.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<String>();
+            self.writer = std::thread::Builder::new()
+                .name("say".into())
+                .spawn(move || {
+                    for m in rx {
+                        write_stderr(format!("conlock guardian: {m}\n").as_bytes());
+                    }
+                })
+                .ok();
+            self.tx = Some(tx);
+        }
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Gives the messages a moment to get out, without waiting on a blocked stderr.
+    fn finish(&mut self) {
+        self.tx.take();
+        if let Some(w) = self.writer.take() {
+            let until = Instant::now() + Duration::from_secs(1);
+            while !w.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Writes to fd 2, ignoring every failure.
+fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n > 0 {
+            bytes = &bytes[n as usize..];
+        } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            continue;
+        } else {
+            return;
+        }
+    }
 }

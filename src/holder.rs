@@ -6,8 +6,10 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::clock::BootInstant;
 use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
 use crate::error::{exit, Error, Result};
+use crate::events;
 use crate::guardian::{ClaimInfo, Guardian};
 use crate::session::{Session, SessionRef, SessionSpec};
 use crate::supervise::{self, Child, Event, Outcome, Program, StopPolicy};
@@ -32,6 +34,10 @@ pub struct HoldSpec {
     pub busy_exit_code: i32,
     pub stop: StopPolicy,
     pub monitor: MonitorPolicy,
+    /// Keep the claim at least this long after the command started.
+    pub min_hold: Option<Duration>,
+    /// Stop the command after this long (exit `exit::MAX_TIME`).
+    pub max_time: Option<Duration>,
 }
 
 /// The value a holder stores in its key.
@@ -113,6 +119,9 @@ pub trait Claim: Send + Sync + 'static {
     fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
 }
 
+/// Set by a terminating signal while holding: no `--min-hold` after the command then.
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
 /// Signals that end conlock while it waits, and start the grace period while it holds.
 const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
@@ -129,6 +138,13 @@ enum Phase {
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     let guardian = Guardian::start(client.config());
     let result = hold_guarded(client, spec, claim, guardian.as_ref());
+    if let Err(e) = &result {
+        events::exit(
+            e.exit_code(),
+            "error",
+            serde_json::json!({ "error": e.to_string() }),
+        );
+    }
     if let Some(g) = guardian {
         g.done();
     }
@@ -141,6 +157,8 @@ fn hold_guarded(
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
 ) -> Result<i32> {
+    // From here on a stderr nobody reads must not block supervision or renewal.
+    ui::detach();
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
@@ -159,6 +177,7 @@ fn hold_guarded(
     let deadline = spec.timeout.map(|t| Instant::now() + t);
     let acquired = claim.acquire(client, &session, deadline, &wait);
     wait.finish();
+    let waited = wait.waited();
     let held = match acquired {
         Ok(Some(h)) => h,
         Ok(None) => {
@@ -168,7 +187,7 @@ fn hold_guarded(
                 spec.busy_exit_code
             ));
             session.destroy();
-            return Ok(spec.busy_exit_code);
+            return Ok(exit_event(spec.busy_exit_code, "busy"));
         }
         Err(e) => {
             session.destroy();
@@ -200,21 +219,33 @@ fn hold_guarded(
         held.lock_index,
         held.modify_index
     ));
+    events::emit(
+        "acquired",
+        serde_json::json!({
+            "session": session_id,
+            "fencing_token": held.modify_index,
+            "lock_index": held.lock_index,
+            "waited_ms": waited.as_millis() as u64,
+        }),
+    );
     session.notify_lost(tx.clone());
     // A stop request or a loss that came before the command started: do not start it.
     let pending: Vec<Event> = rx.try_iter().collect();
     let early_exit = pending.iter().find_map(|e| match e {
-        Event::Signal(sig) if TERMINATING.contains(sig) => Some(128 + sig),
-        Event::Lost(_) => Some(exit::LOST),
+        Event::Signal(sig) if TERMINATING.contains(sig) => Some((128 + sig, "interrupted")),
+        Event::Lost(reason) => {
+            events::emit("lost", serde_json::json!({ "reason": reason }));
+            Some((exit::LOST, "lost"))
+        }
         _ => None,
     });
-    if let Some(code) = early_exit {
+    if let Some((code, how)) = early_exit {
         ui::verbose(format_args!(
             "stopping before the command started (exit {code})"
         ));
         claim.release(client, &session_id);
         session.destroy();
-        return Ok(code);
+        return Ok(exit_event(code, how));
     }
     for e in pending {
         let _ = tx.send(e);
@@ -233,6 +264,14 @@ fn hold_guarded(
     ];
     env.extend(claim.env(&held, &session_id));
 
+    if let Some(g) = guardian {
+        // conlock SIGKILLs the group `--kill-grace` after the deadline at the latest; if it
+        // is stopped or stuck by then, the guardian does.
+        let (g, grace) = (g.clone(), spec.stop.grace);
+        session.on_confirmed(Box::new(move |deadline| {
+            g.deadline(BootInstant::from_instant(deadline) + grace)
+        }));
+    }
     let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
         Ok(c) => c,
         Err(e) => {
@@ -241,6 +280,9 @@ fn hold_guarded(
             return Err(e);
         }
     };
+    // The spawn returned after the exec: the command has started (--min-hold and
+    // --max-time count from here).
+    let started = Instant::now();
     // Started after the child so that its first request does not slow the spawn; a loss
     // in between is still seen, as the watch starts from the acquisition's index.
     let stop_monitor = Arc::new(AtomicBool::new(false));
@@ -264,61 +306,232 @@ fn hold_guarded(
         }
     }
 
+    if let Some(limit) = spec.max_time {
+        start_max_time_timer(limit, started, tx.clone());
+    }
+
     let (outcome, group_gone) =
         supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
-    stop_monitor.store(true, Ordering::SeqCst);
     let pgid = child.pid();
     child.finish();
     if !group_gone {
-        // Releasing now would let a new holder start beside survivors. Stop renewing
-        // instead: the session expires by its TTL, then the lock-delay runs.
+        // Releasing now would let a new holder start beside survivors: keep the session
+        // (it renews) until they are gone.
         ui::error(format_args!(
-            "processes of group {pgid} survive SIGKILL (or may not be signalled); not releasing {}: session {session_id} expires by its TTL",
+            "processes of group {pgid} survive SIGKILL (or may not be signalled); keeping {} (session {session_id}) until they are gone, so that no other holder starts beside them",
             claim.describe()
         ));
-        drop(session);
-        return Ok(match outcome {
-            Outcome::Exited(code) => code,
-            Outcome::Lost(_) => exit::LOST,
-        });
+        if let Some(reason) = wait_survivors(&session, pgid.as_raw()) {
+            ui::error(format_args!(
+                "{reason}: {} may pass to another holder while processes of group {pgid} still run",
+                claim.describe()
+            ));
+            stop_monitor.store(true, Ordering::SeqCst);
+            drop(session);
+            let (code, how) = exit_of(&outcome);
+            return Ok(exit_event(code, how));
+        }
+        ui::notice(format_args!(
+            "the surviving processes of group {pgid} are gone; releasing {}",
+            claim.describe()
+        ));
     }
-    // The whole process group is gone: now the claim may go.
-    claim.release(client, &session_id);
-    session.destroy();
-    Ok(match outcome {
-        Outcome::Exited(code) => {
-            ui::verbose(format_args!(
-                "command {}; released {}",
-                supervise::describe_end(code),
-                claim.describe()
-            ));
-            code
+    // The whole process group is gone: the guardian must never signal its ID again
+    // (it may be reused).
+    if let Some(g) = guardian {
+        g.group_gone();
+    }
+    let outcome = match (outcome, spec.min_hold) {
+        (o @ (Outcome::Exited(_) | Outcome::MaxTime), Some(min)) => {
+            match min_hold(&rx, started + min, &|| session.deadline()) {
+                Some(reason) => Outcome::Lost(reason),
+                None => o,
+            }
         }
-        Outcome::Lost(reason) => {
-            ui::verbose(format_args!(
-                "exiting {} after losing {}: {reason}",
-                exit::LOST,
-                claim.describe()
-            ));
-            exit::LOST
+        (o, _) => o,
+    };
+    stop_monitor.store(true, Ordering::SeqCst);
+    // The whole process group is gone: now the claim may go. Bounded in total, so an
+    // agent that stopped answering does not keep us (and whoever waits for our exit).
+    let cleanup_end = Instant::now() + CLEANUP_BUDGET;
+    let cleanup = client.with_deadline(cleanup_end);
+    claim.release(&cleanup, &session_id);
+    if !matches!(outcome, Outcome::Lost(_)) {
+        events::emit("released", serde_json::json!({ "session": session_id }));
+    }
+    if Instant::now() < cleanup_end {
+        session.destroy_with(&cleanup);
+    } else {
+        ui::warn(format_args!(
+            "no time left to destroy session {session_id} (cleanup is bounded to {}); it expires by its TTL",
+            crate::duration::format(CLEANUP_BUDGET)
+        ));
+        drop(session);
+    }
+    let (code, how) = exit_of(&outcome);
+    match &outcome {
+        Outcome::Lost(reason) => ui::verbose(format_args!(
+            "exiting {} after losing {}: {reason}",
+            exit::LOST,
+            claim.describe()
+        )),
+        _ => ui::verbose(format_args!(
+            "command {}; released {}",
+            supervise::describe_end(code),
+            claim.describe()
+        )),
+    }
+    Ok(exit_event(code, how))
+}
+
+/// Total time for releasing and destroying the session once the command is gone.
+pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
+
+/// The exit code and the `how` of the `exit` event for an outcome.
+fn exit_of(outcome: &Outcome) -> (i32, &'static str) {
+    match outcome {
+        Outcome::Exited(code) => match supervise::child_signal() {
+            Some(sig) if *code == 128 + sig => (*code, "signal"),
+            _ => (*code, "exited"),
+        },
+        Outcome::Lost(_) => (exit::LOST, "lost"),
+        Outcome::MaxTime => (exit::MAX_TIME, "max-time"),
+    }
+}
+
+/// Emits the `exit` event and returns `code`.
+fn exit_event(code: i32, how: &str) -> i32 {
+    let extra = match (how, supervise::child_signal()) {
+        ("signal", Some(sig)) => serde_json::json!({ "signal": sig }),
+        _ => serde_json::json!({}),
+    };
+    events::exit(code, how, extra);
+    code
+}
+
+/// Sends `Event::MaxTime` once the command has run `limit`.
+fn start_max_time_timer(limit: Duration, started: Instant, tx: Sender<Event>) {
+    let why = format!(
+        "the command ran longer than --max-time {}",
+        crate::duration::format(limit)
+    );
+    let fallback = tx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("max-time".into())
+        .spawn(move || {
+            std::thread::sleep((started + limit).saturating_duration_since(Instant::now()));
+            let _ = tx.send(Event::MaxTime(why));
+        });
+    if let Err(e) = spawned {
+        // Without the timer the limit cannot be enforced: stop now rather than never.
+        let _ = fallback.send(Event::MaxTime(format!(
+            "cannot start the --max-time timer ({e})"
+        )));
+    }
+}
+
+/// `--min-hold`: the command is gone but the claim stays until `until`. Returns why it
+/// was lost meanwhile, if it was. A terminating signal ends the hold at once (the
+/// command already finished; the signal only asks conlock to let go).
+fn min_hold(
+    events: &mpsc::Receiver<Event>,
+    until: Instant,
+    session_deadline: &dyn Fn() -> Instant,
+) -> Option<String> {
+    if STOP_REQUESTED.load(Ordering::SeqCst) {
+        ui::verbose("stop requested by a signal; not keeping the claim for --min-hold");
+        return None;
+    }
+    if Instant::now() < until {
+        ui::verbose(format_args!(
+            "command done; keeping the claim for --min-hold ({} ms more)",
+            until.saturating_duration_since(Instant::now()).as_millis()
+        ));
+    }
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return None;
         }
-    })
+        let lost = if now >= session_deadline() {
+            Some(
+                "the session could not be renewed in time (Consul unreachable or not answering)"
+                    .to_string(),
+            )
+        } else {
+            let wake = until.min(session_deadline());
+            match events.recv_timeout(wake.saturating_duration_since(now)) {
+                Ok(Event::Lost(reason)) => Some(reason),
+                Ok(Event::Signal(sig)) if TERMINATING.contains(&sig) => {
+                    ui::verbose(format_args!(
+                        "signal {sig} during --min-hold; releasing now"
+                    ));
+                    return None;
+                }
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // Nothing can report a loss any more; only the clock is left.
+                    std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+                    None
+                }
+            }
+        };
+        if let Some(reason) = lost {
+            ui::notice(format_args!("lock lost during --min-hold: {reason}"));
+            events::emit("lost", serde_json::json!({ "reason": reason }));
+            return Some(reason);
+        }
+    }
+}
+
+/// Waits while processes of group `pgid` survive, the session renewing meanwhile.
+/// `Some(reason)` if the session is lost first.
+fn wait_survivors(session: &Session, pgid: i32) -> Option<String> {
+    loop {
+        if crate::pgroup::gone(pgid) {
+            return None;
+        }
+        if let Some(reason) = session.lost() {
+            return Some(reason);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new(supervise::FORWARDED)
+    // Signals ignored when conlock started (`nohup`, background jobs of a non-interactive
+    // shell) stay ignored: not caught, not forwarded, and the child inherits SIG_IGN.
+    // SIGTSTP (Ctrl-Z while conlock, not the command, has the terminal) goes to the
+    // command like sudo does; conlock stops when the command does. Stopping conlock alone
+    // would leave the command running unsupervised with nobody renewing the session.
+    let caught: Vec<i32> = supervise::FORWARDED
+        .into_iter()
+        .chain([libc::SIGTSTP])
+        .filter(|&sig| !supervise::ignored(sig))
+        .collect();
+    let mut signals = signal_hook::iterator::Signals::new(caught)
         .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
                 let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
+                if sig == libc::SIGTSTP && !matches!(&*guard, Phase::Holding(_)) {
+                    // No command yet: what SIGTSTP would have done.
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    continue;
+                }
                 match &*guard {
                     Phase::Holding(tx) => {
+                        if TERMINATING.contains(&sig) {
+                            STOP_REQUESTED.store(true, Ordering::SeqCst);
+                        }
                         let _ = tx.send(Event::Signal(sig));
                     }
                     Phase::Starting => {
                         if TERMINATING.contains(&sig) {
+                            events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }
@@ -329,6 +542,8 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                             ui::verbose(format_args!("signal {sig} while waiting; giving up"));
                             // Destroying the session also drops anything it may just have acquired.
                             let _ = client.session_destroy(&session.id());
+                            events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            ui::flush();
                             std::process::exit(128 + sig);
                         }
                     }
@@ -339,11 +554,12 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     Ok(())
 }
 
-/// The waiting status: one line on a terminal, progress lines with -v.
+/// The waiting status: one line on a terminal, progress lines with -v, `waiting` events.
 pub struct WaitDisplay {
     what: String,
     started: Instant,
-    holder: Arc<Mutex<Option<String>>>,
+    /// What the wait is about now, after "waiting for WHAT, " (`None`: nothing yet).
+    state: Arc<Mutex<Option<String>>>,
     done: Arc<AtomicBool>,
 }
 
@@ -352,20 +568,20 @@ impl WaitDisplay {
         let d = WaitDisplay {
             what,
             started: Instant::now(),
-            holder: Arc::new(Mutex::new(None)),
+            state: Arc::new(Mutex::new(None)),
             done: Arc::new(AtomicBool::new(false)),
         };
         if ui::stderr_is_terminal() && ui::level() == ui::Level::Normal {
-            let (what, holder, done, started) =
-                (d.what.clone(), d.holder.clone(), d.done.clone(), d.started);
+            let (what, state, done, started) =
+                (d.what.clone(), d.state.clone(), d.done.clone(), d.started);
             let _ = std::thread::Builder::new()
                 .name("status".into())
                 .spawn(move || {
                     // Only draw once the wait is noticeable.
                     std::thread::sleep(Duration::from_millis(300));
                     while !done.load(Ordering::SeqCst) {
-                        let h = holder.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                        let by = h.map(|h| format!(", held by {h}")).unwrap_or_default();
+                        let st = state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                        let by = st.map(|h| format!(", {h}")).unwrap_or_default();
                         ui::status_line(&format!(
                             "conlock: waiting for {what}{by} ({}s)",
                             started.elapsed().as_secs()
@@ -377,16 +593,59 @@ impl WaitDisplay {
         d
     }
 
+    /// How long the wait has lasted.
+    pub fn waited(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// Reports who holds the claim now (`None`: nobody, or a lock-delay).
     pub fn holder(&self, who: Option<String>) {
-        let mut h = self.holder.lock().unwrap_or_else(|p| p.into_inner());
-        if *h != who {
-            match &who {
-                Some(w) => ui::verbose(format_args!("waiting for {}: held by {w}", self.what)),
-                None => ui::verbose(format_args!("{} has no holder; trying", self.what)),
-            }
-            *h = who;
+        let text = who.as_ref().map(|w| format!("held by {w}"));
+        self.set(
+            text,
+            serde_json::json!({ "holder": who, "holder_session": null, "lock_delay_until": null }),
+        );
+    }
+
+    /// A lock's holder, described, and its session.
+    pub fn held_by(&self, who: String, session: &str) {
+        let text = format!("held by {who}");
+        self.set(
+            Some(text),
+            serde_json::json!({ "holder": who, "holder_session": session, "lock_delay_until": null }),
+        );
+    }
+
+    /// Free, but refused: a lock-delay runs, until about `until` if known.
+    pub fn lock_delay(&self, until: Option<std::time::SystemTime>) {
+        let text = match until {
+            Some(t) => format!("free, in lock-delay until about {}", ui::clock_time(t)),
+            None => "free, in a lock-delay (end unknown: its holder was not seen)".to_string(),
+        };
+        self.set(
+            Some(text),
+            serde_json::json!({
+                "holder": null,
+                "holder_session": null,
+                "lock_delay_until": until.map(ui::timestamp),
+            }),
+        );
+    }
+
+    /// Says what changed (-v, events); the terminal line picks it up.
+    fn set(&self, text: Option<String>, fields: serde_json::Value) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if *st == text {
+            return;
         }
+        match &text {
+            Some(t) => ui::verbose(format_args!("waiting for {}: {t}", self.what)),
+            None => ui::verbose(format_args!("{} has no holder; trying", self.what)),
+        }
+        if text.is_some() {
+            crate::events::emit("waiting", fields);
+        }
+        *st = text;
     }
 
     pub fn finish(&self) {

@@ -10,14 +10,10 @@ use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, LOCK_F
 use crate::error::{Error, Result};
 use crate::guardian::ClaimInfo;
 use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
+use crate::lockdelay::DelayTracker;
 use crate::session::Session;
 use crate::supervise::Event;
 use crate::ui;
-
-/// During a lock-delay nothing changes on the server, so retries are timed: short steps
-/// so that a new holder starts soon after the delay ends.
-const DELAY_RETRY_MIN: Duration = Duration::from_millis(5);
-const DELAY_RETRY_MAX: Duration = Duration::from_millis(40);
 
 pub struct Lock {
     pub key: String,
@@ -48,14 +44,20 @@ impl Lock {
         Ok(())
     }
 
+    /// Reads the key back after acquiring. Also records where we hold it, so that a job
+    /// that ends before the monitor's first answer still releases with one request.
     fn read_held(&self, client: &Client, session_id: &str) -> Result<Option<Held>> {
         let (pair, _) = client.kv_get(&self.key, QueryOptions::default())?;
-        Ok(pair
+        let held = pair
             .filter(|p| p.holder() == Some(session_id))
             .map(|p| Held {
                 lock_index: p.lock_index,
                 modify_index: p.modify_index,
-            }))
+            });
+        if let Some(h) = &held {
+            self.held_at.store(h.modify_index, Ordering::SeqCst);
+        }
+        Ok(held)
     }
 }
 
@@ -72,8 +74,9 @@ impl Claim for Lock {
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
         let mut index = 0;
-        let mut delay_retry = DELAY_RETRY_MIN;
-        let mut last_holder: Option<String> = None;
+        let mut delay = DelayTracker::default();
+        // A read made after a refused acquire, for the next turn of the loop.
+        let mut looked = None;
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
@@ -87,7 +90,11 @@ impl Claim for Lock {
                 ),
                 None => QueryOptions::blocking(index, WATCH_WAIT),
             };
-            let (pair, meta) = match client.kv_get(&self.key, q) {
+            let read = match looked.take() {
+                Some(r) => Ok(r),
+                None => client.kv_get(&self.key, q),
+            };
+            let (pair, meta) = match read {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
                     if !holder::pause_after_failure(&e, deadline) {
@@ -106,17 +113,20 @@ impl Claim for Lock {
                         // An earlier acquire went through though we did not see its answer.
                         return self.read_held(client, &session_id);
                     }
-                    if last_holder.as_deref() != Some(h) {
-                        wait.holder(Some(crate::ops::holder(client, p, h).describe()));
-                        last_holder = Some(h.to_string());
+                    if delay.is_new_holder(h) {
+                        // One session lookup per holder: for the message, and for its
+                        // lock-delay, which can only be read while it holds.
+                        let info = crate::ops::holder(client, p, h);
+                        delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
+                        wait.held_by(info.describe(), h);
                     }
-                    delay_retry = DELAY_RETRY_MIN;
                     if holder::deadline_passed(deadline) {
                         return Ok(None);
                     }
                     continue;
                 }
             }
+            delay.saw_free();
             let put = PutOptions {
                 flags: LOCK_FLAGS,
                 acquire: Some(&session_id),
@@ -131,14 +141,32 @@ impl Claim for Lock {
                     index = 0;
                 }
                 Ok(false) => {
-                    // No holder, yet refused: a lock-delay from an invalidated session is running.
-                    wait.holder(None);
-                    last_holder = None;
+                    // Refused: another waiter was faster, or a lock-delay runs. One look
+                    // tells them apart; a new holder is then watched as usual.
+                    match client.kv_get(&self.key, QueryOptions::default()) {
+                        Ok(r) if r.0.as_ref().is_some_and(|p| p.holder().is_some()) => {
+                            looked = Some(r);
+                            index = 0;
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.is_retryable() => {
+                            if !holder::pause_after_failure(&e, deadline) {
+                                return Ok(None);
+                            }
+                            index = 0;
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    // Still no holder: a lock-delay from an invalidated session. Nothing
+                    // changes on the server until it ends, so sleep.
+                    let retry = delay.refused();
+                    wait.lock_delay(retry.until);
                     if holder::deadline_passed(deadline) {
                         return Ok(None);
                     }
-                    holder::sleep_until_deadline(delay_retry, deadline);
-                    delay_retry = (delay_retry * 2).min(DELAY_RETRY_MAX);
+                    holder::sleep_until_deadline(retry.after, deadline);
                     index = 0;
                 }
                 Err(e) if holder::is_invalid_session(&e) => {

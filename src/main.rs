@@ -2,11 +2,9 @@ use clap::Parser;
 use conlock::error::exit;
 
 fn main() {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == conlock::guardian::GUARDIAN_ARG)
-    {
-        std::process::exit(conlock::guardian::main());
+    if holds_a_claim(std::env::args_os().skip(1)) {
+        // Before anything starts a thread: see guardian.rs.
+        conlock::guardian::prefork();
     }
     let cli = match conlock::cli::Cli::try_parse() {
         Ok(cli) => cli,
@@ -27,7 +25,15 @@ fn main() {
             e.exit_code()
         }
     };
+    conlock::ui::flush();
     std::process::exit(code);
+}
+
+/// Whether the arguments may name `run` or `sem` (those start a guardian). A false
+/// positive costs one fork; the guardian then exits when conlock does.
+fn holds_a_claim(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--")
+        .any(|a| a == "run" || a == "sem")
 }
 
 /// clap's message without its usage block, folded onto one line.
@@ -53,4 +59,23 @@ fn usage_error_line(rendered: &str) -> String {
         ));
     }
     format!("{folded} (see 'conlock --help')")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_a_claim;
+
+    fn args(s: &str) -> impl Iterator<Item = std::ffi::OsString> + '_ {
+        s.split_whitespace().map(Into::into)
+    }
+
+    #[test]
+    fn run_and_sem_are_recognized_wherever_the_global_flags_are() {
+        assert!(holds_a_claim(args("run --key k -- true")));
+        assert!(holds_a_claim(args(
+            "-v --http-addr h:1 sem --prefix p -- x"
+        )));
+        assert!(!holds_a_claim(args("status --key k")));
+        assert!(!holds_a_claim(args("watch --key k -- run")));
+    }
 }

@@ -27,7 +27,8 @@ const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
 
 pub fn run(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
     let prefix = crate::app::normalize_key(&args.prefix, "--prefix")?;
-    let prepared = crate::app::prepare(conn, &args.hold, "delete")?;
+    let mut prepared = crate::app::prepare(conn, &args.hold, "delete")?;
+    crate::events::install(prepared.events.take(), "semaphore", &prefix);
     let sem = Semaphore {
         prefix,
         limit: args.limit,
@@ -281,11 +282,6 @@ impl Claim for Semaphore {
                 v
             };
             let rank = ahead.len();
-            wait.holder(Some(format!(
-                "{} of {} slots, {rank} ahead in line",
-                view.state.holders.len(),
-                self.limit
-            )));
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
             let my_turn = rank < free || timed_out || holder::deadline_passed(deadline);
             if free > 0 && my_turn {
@@ -314,6 +310,12 @@ impl Claim for Semaphore {
                 wait_for = WATCH_WAIT;
                 continue;
             }
+            // Only now is this a wait (and worth a line or an event).
+            wait.holder(Some(format!(
+                "{} of {} slots, {rank} ahead in line",
+                view.state.holders.len(),
+                self.limit
+            )));
             if holder::deadline_passed(deadline) {
                 return Ok(None);
             }

@@ -70,7 +70,12 @@ struct State {
     /// Not renewing: a lock waiter holds nothing, so it spares Consul the renewals.
     paused: bool,
     on_lost: Option<Sender<Event>>,
+    /// Told the new deadline after each confirmation (the guardian's watchdog).
+    on_confirmed: Option<DeadlineHook>,
 }
+
+/// Receives `Session::deadline()` after each confirmation. Must not block.
+pub type DeadlineHook = Box<dyn Fn(Instant) + Send>;
 
 impl Session {
     /// Creates the session and starts renewing it.
@@ -85,7 +90,7 @@ impl Session {
         let sent = Instant::now();
         let id = client.session_create(&request(&spec))?;
         if let Some(g) = &guardian {
-            g.session(&id);
+            g.session(&id, spec.ttl);
         }
         ui::verbose(format_args!(
             "created session {id} (TTL {})",
@@ -102,6 +107,7 @@ impl Session {
                 stop: false,
                 paused: !renew,
                 on_lost: None,
+                on_confirmed: None,
             }),
             wake: Condvar::new(),
         });
@@ -131,8 +137,14 @@ impl Session {
 
     /// Until this moment the server cannot have invalidated the session by TTL.
     pub fn deadline(&self) -> Instant {
-        let s = self.state();
-        s.confirmed_at + self.shared.spec.ttl - self.shared.spec.margin()
+        deadline(&self.state(), &self.shared.spec)
+    }
+
+    /// Calls `hook` with the deadline now and after every confirmation that moves it.
+    pub fn on_confirmed(&self, hook: DeadlineHook) {
+        let mut s = self.state();
+        hook(deadline(&s, &self.shared.spec));
+        s.on_confirmed = Some(hook);
     }
 
     /// Why the session is known to be gone, if it is.
@@ -167,7 +179,7 @@ impl Session {
                 let timeout = self.shared.client.request_timeout;
                 match self.shared.client.session_renew(&id, timeout) {
                     Ok(Some(_)) => {
-                        self.state().confirmed_at = sent;
+                        confirmed(&mut self.state(), &self.shared.spec, sent);
                         break;
                     }
                     Ok(None) => return Ok(false),
@@ -195,11 +207,11 @@ impl Session {
             .session_create(&request(&self.shared.spec))?;
         ui::verbose(format_args!("replaced session {old} by {id}"));
         if let Some(g) = &self.shared.guardian {
-            g.session(&id);
+            g.session(&id, self.shared.spec.ttl);
         }
         let mut s = self.state();
         s.id = id;
-        s.confirmed_at = sent;
+        confirmed(&mut s, &self.shared.spec, sent);
         s.lost = None;
         drop(s);
         self.shared.wake.notify_all();
@@ -210,6 +222,17 @@ impl Session {
     pub fn destroy(mut self) {
         let id = self.stop_renewing();
         match self.shared.client.session_destroy(&id) {
+            Ok(_) => ui::verbose(format_args!("destroyed session {id}")),
+            Err(e) => ui::warn(format_args!(
+                "could not destroy session {id}: {e}; it expires by its TTL"
+            )),
+        }
+    }
+
+    /// Like `destroy`, through `client` (a deadline-bounded one once the command is gone).
+    pub fn destroy_with(mut self, client: &Client) {
+        let id = self.stop_renewing();
+        match client.session_destroy(&id) {
             Ok(_) => ui::verbose(format_args!("destroyed session {id}")),
             Err(e) => ui::warn(format_args!(
                 "could not destroy session {id}: {e}; it expires by its TTL"
@@ -237,6 +260,18 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.stop_renewing();
+    }
+}
+
+fn deadline(s: &State, spec: &SessionSpec) -> Instant {
+    s.confirmed_at + spec.ttl - spec.margin()
+}
+
+/// A request sent at `sent` proved the session valid.
+fn confirmed(s: &mut State, spec: &SessionSpec, sent: Instant) {
+    s.confirmed_at = sent;
+    if let Some(hook) = &s.on_confirmed {
+        hook(deadline(s, spec));
     }
 }
 
@@ -295,7 +330,7 @@ fn renew_loop(shared: &Shared) {
         }
         match result {
             Ok(Some(_)) => {
-                s.confirmed_at = sent;
+                confirmed(&mut s, &shared.spec, sent);
                 next = sent + ttl / 2;
             }
             Ok(None) => {

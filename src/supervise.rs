@@ -1,9 +1,14 @@
 //! Child supervision: spawn the command in its own process group, forward signals,
 //! stop the whole group when the lock is lost, and make sure the group dies with us.
 //!
+//! "The command" is its process group plus every descendant that left the group or the
+//! session and was re-parented to conlock (a child subreaper) when its parent died; both
+//! get the same stop signal, grace and SIGKILL (see docs/safety.md).
+//!
 //! If conlock itself is SIGKILLed, the guardian (see `guardian.rs`) SIGKILLs the child's
 //! process group. PR_SET_PDEATHSIG alone would reach only the direct child.
 
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -15,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -31,6 +36,10 @@ pub enum Event {
     Signal(i32),
     /// The lock or slot is gone.
     Lost(String),
+    /// The direct child stopped on this terminal signal (SIGTSTP, SIGTTIN, SIGTTOU).
+    Stopped(i32),
+    /// The command ran longer than --max-time (the text says so).
+    MaxTime(String),
 }
 
 /// The signals conlock forwards to the child's process group.
@@ -43,6 +52,20 @@ pub const FORWARDED: [i32; 7] = [
     libc::SIGUSR2,
     libc::SIGWINCH,
 ];
+
+/// Forwarded signals after which the group also gets SIGCONT: a stopped process cannot
+/// run its handler for them.
+const CONTINUE_AFTER: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// True when `sig` is ignored (SIG_IGN) right now. Queried before any handler is
+/// installed, it tells what conlock inherited: `nohup` ignores SIGHUP, a non-interactive
+/// shell ignores SIGINT and SIGQUIT for background jobs. Those stay ignored.
+pub fn ignored(sig: i32) -> bool {
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
 
 /// A command ready to spawn: the program was found and is executable.
 #[derive(Debug, Clone)]
@@ -177,6 +200,9 @@ pub fn parse_signal(s: &str) -> std::result::Result<Signal, String> {
 pub struct Child {
     pid: Pid,
     terminal: bool,
+    /// conlock's children from before the command started (the guardian): never the
+    /// command's, as (pid, start time).
+    prior: Vec<(i32, u64)>,
 }
 
 impl Child {
@@ -200,6 +226,18 @@ impl Child {
             unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
+        let prior = adopted_children(&[], 0)
+            .into_iter()
+            .map(|p| (p.pid, p.start))
+            .collect();
+        // While the command owns the terminal, conlock is a background process there: a
+        // message written with `stty tostop`, or a terminal query, must not stop it
+        // (SIGTTOU, SIGTTIN) while it supervises. The child gets what conlock inherited.
+        let tty_defaults = [libc::SIGTTOU, libc::SIGTTIN].map(|sig| !ignored(sig));
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::signal(libc::SIGTTIN, libc::SIG_IGN);
+        }
         let mut cmd = Command::new(&program.path);
         cmd.arg0(&program.argv[0])
             .args(&program.argv[1..])
@@ -211,6 +249,11 @@ impl Child {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
                 if sigchld_ignored {
                     libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                }
+                for (sig, dfl) in [libc::SIGTTOU, libc::SIGTTIN].into_iter().zip(tty_defaults) {
+                    if dfl {
+                        libc::signal(sig, libc::SIG_DFL);
+                    }
                 }
                 if libc::getppid() != parent {
                     libc::_exit(1);
@@ -248,7 +291,11 @@ impl Child {
             "started {} as pid {pid} (own process group)",
             program.display
         ));
-        Ok(Child { pid, terminal })
+        Ok(Child {
+            pid,
+            terminal,
+            prior,
+        })
     }
 
     pub fn pid(&self) -> Pid {
@@ -273,12 +320,90 @@ impl Child {
     }
 
     /// True while any process of the group is alive. EPERM means a member exists that
-    /// we may not signal (a setuid program, say): alive too.
+    /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        !matches!(
-            kill(Pid::from_raw(-self.pid.as_raw()), None),
-            Err(Errno::ESRCH)
-        )
+        !crate::pgroup::gone(self.pid.as_raw())
+    }
+
+    /// Live descendants that left the group and were re-parented to conlock.
+    fn escapees(&self) -> Vec<Proc> {
+        adopted_children(&self.prior, self.pid.as_raw())
+    }
+
+    /// True while the group or an escaped descendant is alive.
+    pub fn alive(&self) -> bool {
+        self.group_alive() || !self.escapees().is_empty()
+    }
+
+    /// The group, then every escaped descendant that `done` does not list yet, gets `sig`
+    /// followed by SIGCONT (a stopped process cannot act on it). SIGKILL goes to every
+    /// escapee each time.
+    fn stop_all(&self, sig: Signal, done: &mut HashSet<(i32, u64)>) {
+        self.signal_group(sig);
+        if sig != Signal::SIGKILL {
+            self.signal_group(Signal::SIGCONT);
+        }
+        self.stop_escapees(sig, done);
+    }
+
+    fn stop_escapees(&self, sig: Signal, done: &mut HashSet<(i32, u64)>) {
+        self.stop_these(self.escapees(), sig, done);
+    }
+
+    fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
+        for p in procs {
+            if sig == Signal::SIGKILL || done.insert((p.pid, p.start)) {
+                ui::verbose(format_args!(
+                    "sending {sig} to pid {} (left the command's process group)",
+                    p.pid
+                ));
+                p.signal(sig);
+                if sig != Signal::SIGKILL {
+                    p.signal(Signal::SIGCONT);
+                }
+            }
+        }
+    }
+
+    /// The command stopped on a terminal signal: conlock takes the terminal back and stops
+    /// too, so that the shell gets its prompt (as sudo does). Returns once conlock is
+    /// continued (`fg`, `bg`).
+    fn suspend_with(&self, sig: i32) {
+        unsafe {
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == self.pid.as_raw() {
+                give_terminal(libc::getpgrp());
+            }
+            // The kernel discards SIGTSTP/SIGTTIN/SIGTTOU for an orphaned process group;
+            // SIGSTOP always stops.
+            let sig = if own_group_has_job_control() {
+                sig
+            } else {
+                libc::SIGSTOP
+            };
+            if sig == libc::SIGSTOP {
+                libc::raise(sig);
+            } else {
+                // The default action for this one raise; the whole sigaction is restored
+                // after (a signal-hook handler needs its SA_SIGINFO flag back).
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, &dfl, &mut old);
+                libc::raise(sig);
+                libc::sigaction(sig, &old, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// After conlock was continued: the command gets the terminal back if conlock has it
+    /// (`fg`, not `bg`), then SIGCONT.
+    fn resume(&self) {
+        unsafe {
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() {
+                give_terminal(self.pid.as_raw());
+            }
+        }
+        self.signal_group(Signal::SIGCONT);
     }
 
     /// Takes the terminal back.
@@ -303,11 +428,13 @@ pub enum Outcome {
     Exited(i32),
     /// The lock was lost; the group was stopped.
     Lost(String),
+    /// --max-time ran out; the group was stopped like on a loss.
+    MaxTime,
 }
 
 /// Waits for the child while watching `events` and the session deadline; returns once the
-/// whole process group is gone, or with `false` if part of it survives even SIGKILL (the
-/// lock must then not be released).
+/// command (its process group and every escaped descendant) is gone, or with `false` if
+/// part of it survives even SIGKILL (the lock must then not be released).
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
@@ -315,11 +442,23 @@ pub fn supervise(
     policy: StopPolicy,
 ) -> (Outcome, bool) {
     let mut lost: Option<String> = None;
+    let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut status: Option<i32> = None;
-    let stop = |child: &Child, kill_at: &mut Option<Instant>, sig: Signal| {
-        child.signal_group(sig);
+    let mut killed = false;
+    // Escaped descendants that already got the kill signal.
+    let mut stopped = HashSet::new();
+    // Signal first, print after: the message may block (a full stderr pipe) or, before
+    // SIGTTOU was ignored, stop conlock; the command must be stopped regardless.
+    let lose = |reason: String,
+                lost: &mut Option<String>,
+                kill_at: &mut Option<Instant>,
+                stopped: &mut HashSet<(i32, u64)>| {
+        child.stop_all(policy.kill_signal, stopped);
         kill_at.get_or_insert(Instant::now() + policy.grace);
+        ui::notice(format_args!("lock lost: {reason}; stopping the command"));
+        crate::events::emit("lost", serde_json::json!({ "reason": reason }));
+        *lost = Some(reason);
     };
     while status.is_none() {
         let now = Instant::now();
@@ -327,26 +466,62 @@ pub fn supervise(
         if lost.is_none() {
             wake = wake.min(session_deadline());
         }
-        if let Some(k) = kill_at {
+        if lost.is_some() || timed_out {
+            // Descendants may escape while the group is being stopped.
+            wake = wake.min(now + Duration::from_millis(50));
+        }
+        if let Some(k) = kill_at.filter(|_| !killed) {
             wake = wake.min(k);
         }
         match events.recv_timeout(wake.saturating_duration_since(now)) {
             Ok(Event::ChildExited(code)) => status = Some(code),
             Ok(Event::Signal(sig)) => {
+                child.signal_raw(sig);
+                if CONTINUE_AFTER.contains(&sig) {
+                    child.signal_group(Signal::SIGCONT);
+                }
                 ui::verbose(format_args!(
-                    "forwarding signal {sig} to process group {}",
+                    "forwarded signal {sig} to process group {}",
                     child.pid
                 ));
-                child.signal_raw(sig);
                 if sig == libc::SIGINT || sig == libc::SIGTERM {
                     kill_at.get_or_insert(Instant::now() + policy.grace);
                 }
             }
             Ok(Event::Lost(reason)) => {
                 if lost.is_none() {
-                    ui::notice(format_args!("lock lost: {reason}; stopping the command"));
-                    lost = Some(reason);
-                    stop(child, &mut kill_at, policy.kill_signal);
+                    lose(reason, &mut lost, &mut kill_at, &mut stopped);
+                }
+            }
+            Ok(Event::MaxTime(why)) => {
+                if lost.is_none() && !timed_out {
+                    child.stop_all(policy.kill_signal, &mut stopped);
+                    kill_at.get_or_insert(Instant::now() + policy.grace);
+                    ui::notice(format_args!("{why}; stopping the command"));
+                    timed_out = true;
+                }
+            }
+            Ok(Event::Stopped(sig)) => {
+                // While stopping the command, a stop must not stop conlock too.
+                if lost.is_none() && !timed_out {
+                    let deadline = session_deadline();
+                    ui::verbose(format_args!(
+                        "the command stopped on signal {sig}; stopping conlock too"
+                    ));
+                    child.suspend_with(sig);
+                    // Continued. The session was not renewed meanwhile: a deadline that
+                    // passed while stopped is a loss, and the command must not run on.
+                    if Instant::now() >= deadline {
+                        lose(
+                            "the session deadline passed while conlock was stopped".into(),
+                            &mut lost,
+                            &mut kill_at,
+                            &mut stopped,
+                        );
+                    } else {
+                        ui::verbose("continued; continuing the command");
+                        child.resume();
+                    }
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -357,45 +532,59 @@ pub fn supervise(
         }
         let now = Instant::now();
         if lost.is_none() && status.is_none() && now >= session_deadline() {
-            let reason =
+            lose(
                 "the session could not be renewed in time (Consul unreachable or not answering)"
-                    .to_string();
-            ui::notice(format_args!("lock lost: {reason}; stopping the command"));
-            lost = Some(reason);
-            stop(child, &mut kill_at, policy.kill_signal);
+                    .to_string(),
+                &mut lost,
+                &mut kill_at,
+                &mut stopped,
+            );
+        }
+        if (lost.is_some() || timed_out) && status.is_none() {
+            let sig = if killed {
+                Signal::SIGKILL
+            } else {
+                policy.kill_signal
+            };
+            child.stop_escapees(sig, &mut stopped);
         }
         if let Some(k) = kill_at {
-            if now >= k && status.is_none() {
+            if now >= k && !killed && status.is_none() {
+                child.stop_all(Signal::SIGKILL, &mut stopped);
                 ui::verbose(format_args!(
-                    "grace period over; sending SIGKILL to process group {}",
+                    "grace period over; sent SIGKILL to process group {}",
                     child.pid
                 ));
-                child.signal_group(Signal::SIGKILL);
-                kill_at = Some(now + Duration::from_secs(3600));
+                killed = true;
             }
         }
     }
-    let group_gone = stop_leftovers(child, policy, kill_at);
+    let gone = stop_leftovers(child, policy, kill_at, &mut stopped);
     let outcome = match lost {
         Some(reason) => Outcome::Lost(reason),
+        None if timed_out => Outcome::MaxTime,
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
     };
-    (outcome, group_gone)
+    (outcome, gone)
 }
 
-/// Processes the child left behind in its group must not outlive the lock.
-/// `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
-/// False if part of the group survives SIGKILL.
-fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) -> bool {
-    if !child.group_alive() {
+/// Processes the child left behind, in its group or escaped from it, must not outlive
+/// the lock. `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
+/// False if part of the command survives SIGKILL.
+fn stop_leftovers(
+    child: &Child,
+    policy: StopPolicy,
+    kill_at: Option<Instant>,
+    stopped: &mut HashSet<(i32, u64)>,
+) -> bool {
+    if !child.alive() {
         return true;
     }
     ui::verbose(format_args!(
-        "processes remain in group {}; stopping them",
+        "processes of the command remain (group {}); stopping them",
         child.pid
     ));
-    child.signal_group(policy.kill_signal);
-    child.signal_group(Signal::SIGCONT);
+    child.stop_all(policy.kill_signal, stopped);
     // The grace period started with the loss or the forwarded INT/TERM, not when the
     // direct child exited: restarting it here let leftovers outlive the loss by up to
     // twice --kill-grace (past the lock-delay that --kill-grace is meant to stay under).
@@ -403,46 +592,195 @@ fn stop_leftovers(child: &Child, policy: StopPolicy, kill_at: Option<Instant>) -
     if let Some(k) = kill_at {
         grace_end = grace_end.min(k);
     }
-    if wait_group_gone(child, grace_end.saturating_duration_since(Instant::now())) {
+    if wait_gone(child, grace_end, policy.kill_signal, stopped) {
         return true;
     }
-    child.signal_group(Signal::SIGKILL);
-    wait_group_gone(child, Duration::from_secs(10))
+    child.stop_all(Signal::SIGKILL, stopped);
+    wait_gone(
+        child,
+        Instant::now() + Duration::from_secs(10),
+        Signal::SIGKILL,
+        stopped,
+    )
 }
 
-fn wait_group_gone(child: &Child, within: Duration) -> bool {
-    let until = Instant::now() + within;
-    while child.group_alive() {
+/// Waits until the command is gone; escaped descendants that show up meanwhile (their
+/// parent just died) get `sig` too. /proc is scanned every 50 ms while the group lives,
+/// every 10 ms once only escapees can remain.
+fn wait_gone(
+    child: &Child,
+    until: Instant,
+    sig: Signal,
+    stopped: &mut HashSet<(i32, u64)>,
+) -> bool {
+    for round in 0u64.. {
+        let group = child.group_alive();
+        let escaped = if !group || round % 5 == 0 {
+            child.escapees()
+        } else {
+            Vec::new()
+        };
+        if !group && escaped.is_empty() {
+            return true;
+        }
         if Instant::now() >= until {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        child.stop_these(escaped, sig, stopped);
+        std::thread::sleep(Duration::from_millis(10));
     }
-    true
+    false
 }
 
-/// The signal that killed the direct child, 0 when it exited: for messages, since
-/// `ChildExited(137)` may also be an exit(137).
-pub static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// A process re-parented to conlock.
+struct Proc {
+    pid: i32,
+    /// Start time in clock ticks since boot: with the pid, an identity that survives reuse.
+    start: u64,
+}
 
-/// How the command ended, for messages: "exited with 3" or "was killed by signal 9 (SIGKILL)".
+impl Proc {
+    /// Signals the process only if it is still this process and still ours: through a
+    /// pidfd, so that a pid reaped and reused in between is never hit.
+    fn signal(&self, sig: Signal) {
+        let me = std::process::id() as i32;
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) } as i32;
+        let still_ours = || {
+            proc_stat(self.pid)
+                .is_some_and(|st| st.ppid == me && st.start == self.start && st.state != b'Z')
+        };
+        if fd < 0 {
+            // Kernels before 5.3: a narrow race with the reaper remains.
+            if still_ours() {
+                let _ = kill(Pid::from_raw(self.pid), sig);
+            }
+            return;
+        }
+        if still_ours() {
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd,
+                    sig as i32,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+        }
+        unsafe { libc::close(fd) };
+    }
+}
+
+struct Stat {
+    state: u8,
+    ppid: i32,
+    pgrp: i32,
+    session: i32,
+    start: u64,
+}
+
+/// Fields of /proc/<pid>/stat; the command name may contain spaces and parentheses.
+fn proc_stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) pgrp(5) session(6) … starttime(22).
+    Some(Stat {
+        state: *f.first()?.as_bytes().first()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// conlock's live (not zombie) children outside process group `pgid` and not in `prior`.
+/// /proc lists only thread-group leaders, so conlock's own threads never show up.
+fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let st = proc_stat(pid)?;
+            let ours = st.ppid == me && st.state != b'Z' && st.pgrp != pgid;
+            (ours && !prior.contains(&(pid, st.start))).then_some(Proc {
+                pid,
+                start: st.start,
+            })
+        })
+        .collect()
+}
+
+/// True when conlock's process group is provably not orphaned: its parent (a shell with
+/// job control) is in the same session but another group, so a stop signal is not
+/// discarded and the shell will see it.
+fn own_group_has_job_control() -> bool {
+    let (ppid, pgrp, sid) = unsafe { (libc::getppid(), libc::getpgrp(), libc::getsid(0)) };
+    proc_stat(ppid).is_some_and(|p| p.session == sid && p.pgrp != pgrp)
+}
+
+/// Stops the handler of `conlock watch` (or any process group) as `run` stops its
+/// command: `first` and SIGCONT, `grace`, then SIGKILL. False if the group survives.
+pub fn stop_group(pgid: i32, first: Signal, grace: Duration) -> bool {
+    let group = Pid::from_raw(-pgid);
+    let alive = || !matches!(kill(group, None), Err(Errno::ESRCH));
+    let wait = |within: Duration| {
+        let until = Instant::now() + within;
+        while alive() {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    };
+    let _ = kill(group, first);
+    let _ = kill(group, Signal::SIGCONT);
+    if wait(grace) {
+        return true;
+    }
+    let _ = kill(group, Signal::SIGKILL);
+    wait(Duration::from_secs(10))
+}
+
+/// The signal the direct child died of (0: none), for telling 128+N from an exit code.
+static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signal the command died of, if it died of one.
+pub fn child_signal() -> Option<i32> {
+    match CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// How the command ended, for messages: "exited with 3" or "was killed by signal 9
+/// (SIGKILL; exit code 137)".
 pub fn describe_end(code: i32) -> String {
-    let sig = CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst);
-    match Signal::try_from(sig) {
-        Ok(s) if sig != 0 && code == 128 + sig => {
+    match child_signal().map(|n| (n, Signal::try_from(n))) {
+        Some((n, Ok(sig))) if code == 128 + n => {
             format!(
-                "was killed by signal {sig} ({}; exit code {code})",
-                s.as_str()
+                "was killed by signal {n} ({}; exit code {code})",
+                sig.as_str()
             )
         }
         _ => format!("exited with {code}"),
     }
 }
 
-/// Reaps every child (we are a subreaper) and reports the direct child's end.
+/// Reaps every child (we are a subreaper) and reports the direct child's end, and its
+/// stops on terminal signals (job control).
 fn reap(pid: Pid, events: Sender<Event>) {
     loop {
-        match waitpid(None, None) {
+        match waitpid(None, Some(WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Stopped(p, sig))
+                if p == pid
+                    && matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) =>
+            {
+                let _ = events.send(Event::Stopped(sig as i32));
+            }
             Ok(WaitStatus::Exited(p, code)) if p == pid => {
                 let _ = events.send(Event::ChildExited(code));
             }
@@ -475,4 +813,53 @@ unsafe fn give_terminal(pgid: libc::pid_t) {
     libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
     libc::tcsetpgrp(0, pgid);
     libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_stat_and_finds_spawned_children() {
+        let me = proc_stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(me.pgrp, unsafe { libc::getpgrp() });
+        assert_eq!(me.session, unsafe { libc::getsid(0) });
+        assert!(me.start > 0);
+        let before: Vec<(i32, u64)> = adopted_children(&[], 0)
+            .into_iter()
+            .map(|p| (p.pid, p.start))
+            .collect();
+        // A name with spaces and parentheses must not shift the fields.
+        let dir = std::env::temp_dir().join(format!("conlock-stat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let odd = dir.join("a) b (c");
+        let _ = std::fs::remove_file(&odd);
+        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
+        let mut c = Command::new(&odd)
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        let found = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            adopted_children(&before, 0).iter().any(|p| p.pid == pid)
+        });
+        // Excluded as part of its own group, or as known before.
+        let in_group = adopted_children(&before, pid).iter().any(|p| p.pid == pid);
+        let _ = c.kill();
+        let _ = c.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(found, "child {pid} not listed");
+        assert!(!in_group);
+        assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
+    }
+
+    #[test]
+    fn ignored_reports_sig_ign() {
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+        assert!(ignored(libc::SIGUSR2));
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+        assert!(!ignored(libc::SIGUSR2));
+    }
 }

@@ -1,8 +1,10 @@
 //! Messages on stderr: errors always, progress with -v, nothing extra with -q.
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -29,17 +31,90 @@ pub fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
 }
 
+/// Lines waiting for the writer thread, once `detach` was called.
+struct Writer {
+    tx: Sender<String>,
+    /// Lines sent and not yet written.
+    pending: Arc<Mutex<usize>>,
+}
+
+static WRITER: Mutex<Option<Writer>> = Mutex::new(None);
+static DETACHED: AtomicBool = AtomicBool::new(false);
+
+/// From now on, messages are written by a thread of their own: a stderr nobody reads
+/// (a full pipe, a hung-up terminal) then blocks only that thread, never the threads
+/// that supervise the command or renew the session. `flush` before exiting.
+pub fn detach() {
+    let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
+    if w.is_some() {
+        return;
+    }
+    let (tx, rx) = mpsc::channel::<String>();
+    let pending = Arc::new(Mutex::new(0usize));
+    let count = pending.clone();
+    let spawned = std::thread::Builder::new()
+        .name("stderr".into())
+        .spawn(move || {
+            for line in rx {
+                let _ = std::io::stderr().write_all(line.as_bytes());
+                *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            }
+        });
+    if spawned.is_ok() {
+        *w = Some(Writer { tx, pending });
+        DETACHED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Waits until detached messages are written, but never longer than 2 s without
+/// progress: nobody reads a stderr that stays blocked that long.
+pub fn flush() {
+    let pending = match &*WRITER.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(w) => w.pending.clone(),
+        None => return,
+    };
+    let mut last = usize::MAX;
+    let mut progress_at = Instant::now();
+    loop {
+        let n = *pending.lock().unwrap_or_else(|p| p.into_inner());
+        if n == 0 {
+            return;
+        }
+        if n != last {
+            last = n;
+            progress_at = Instant::now();
+        } else if progress_at.elapsed() >= Duration::from_secs(2) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Writes `text` to stderr, or hands it to the writer thread once detached.
+fn emit(text: String) {
+    if DETACHED.load(Ordering::SeqCst) {
+        if let Some(w) = &*WRITER.lock().unwrap_or_else(|p| p.into_inner()) {
+            *w.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            if w.tx.send(text).is_err() {
+                *w.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            }
+            return;
+        }
+    }
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
 /// An error line; always shown.
 pub fn error(msg: impl std::fmt::Display) {
     clear_status();
-    let _ = writeln!(std::io::stderr(), "{}conlock: error: {msg}", stamp());
+    emit(format!("{}conlock: error: {msg}\n", stamp()));
 }
 
 /// A warning; hidden by -q.
 pub fn warn(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();
-        let _ = writeln!(std::io::stderr(), "{}conlock: warning: {msg}", stamp());
+        emit(format!("{}conlock: warning: {msg}\n", stamp()));
     }
 }
 
@@ -47,7 +122,7 @@ pub fn warn(msg: impl std::fmt::Display) {
 pub fn notice(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();
-        let _ = writeln!(std::io::stderr(), "{}conlock: {msg}", stamp());
+        emit(format!("{}conlock: {msg}\n", stamp()));
     }
 }
 
@@ -65,11 +140,10 @@ fn stamp() -> String {
 pub fn verbose(msg: impl std::fmt::Display) {
     if level() >= Level::Verbose {
         clear_status();
-        let _ = writeln!(
-            std::io::stderr(),
-            "{} conlock: {msg}",
+        emit(format!(
+            "{} conlock: {msg}\n",
             timestamp_micros(SystemTime::now())
-        );
+        ));
     }
 }
 
@@ -78,14 +152,14 @@ static STATUS_SHOWN: AtomicU8 = AtomicU8::new(0);
 /// Rewrites the single waiting-status line on a terminal.
 pub fn status_line(msg: &str) {
     if level() >= Level::Normal && stderr_is_terminal() {
-        let _ = write!(std::io::stderr(), "\r\x1b[2K{msg}");
+        emit(format!("\r\x1b[2K{msg}"));
         STATUS_SHOWN.store(1, Ordering::Relaxed);
     }
 }
 
 pub fn clear_status() {
     if STATUS_SHOWN.swap(0, Ordering::Relaxed) == 1 {
-        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        emit("\r\x1b[2K".to_string());
     }
 }
 
@@ -94,6 +168,11 @@ pub fn timestamp(t: SystemTime) -> String {
     let mut s = timestamp_micros(t);
     s.replace_range(23..26, "");
     s
+}
+
+/// `HH:MM:SS UTC`, for "until about" in messages.
+pub fn clock_time(t: SystemTime) -> String {
+    format!("{} UTC", &timestamp_micros(t)[11..19])
 }
 
 /// RFC 3339 UTC with microseconds, for -v progress lines.

@@ -1,10 +1,12 @@
 //! Blocking HTTP client for the parts of Consul's API that conlock uses.
 
 use std::io::Read;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 
 use super::config::{ConnConfig, FileSetting};
 use super::types::{AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest};
@@ -112,6 +114,8 @@ pub struct Client {
     cfg: Arc<ConnConfig>,
     /// Timeout of a non-blocking call.
     pub request_timeout: Duration,
+    /// No call lasts past this (see `with_deadline`).
+    deadline: Option<Instant>,
 }
 
 struct Answer {
@@ -133,33 +137,41 @@ impl Client {
             builder = builder.proxy(None);
         }
         let mut cfg = cfg;
-        let agent = match (cfg.is_https(), cfg.tls.server_name.clone()) {
-            (true, Some(name)) => {
-                // rustls takes the name to send (SNI) and to verify from the URL's host, so
-                // the URL names the server and the resolver connects to the real address.
-                let port = cfg
-                    .addr
-                    .rsplit_once(':')
-                    .map_or("8501", |(_, p)| p)
-                    .to_string();
-                let resolver = PinnedResolver {
-                    name: format!("{}:{port}", host_for_url(&name)),
-                    real: cfg.base_url.clone(),
-                };
-                cfg.base_url = format!("https://{}:{port}", host_for_url(&name));
-                ureq::Agent::with_parts(
-                    builder.build(),
-                    ureq::unversioned::transport::DefaultConnector::new(),
-                    resolver,
-                )
-            }
-            _ => builder.build().into(),
-        };
+        let mut resolver = AgentResolver::default();
+        if let (true, Some(name)) = (cfg.is_https(), cfg.tls.server_name.clone()) {
+            // rustls takes the name to send (SNI) and to verify from the URL's host, so
+            // the URL names the server and the resolver connects to the real address.
+            let port = cfg
+                .addr
+                .rsplit_once(':')
+                .map_or("8501", |(_, p)| p)
+                .to_string();
+            resolver.pin = Some(Pin {
+                name: format!("{}:{port}", host_for_url(&name)),
+                real: cfg.base_url.clone(),
+            });
+            cfg.base_url = format!("https://{}:{port}", host_for_url(&name));
+        }
+        let agent = ureq::Agent::with_parts(
+            builder.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            resolver,
+        );
         Ok(Client {
             agent,
             cfg: Arc::new(cfg),
             request_timeout: Duration::from_secs(10),
+            deadline: None,
         })
+    }
+
+    /// A client whose calls all end by `deadline` (one already past fails at once with
+    /// a timeout): for best-effort cleanup that must not hold up the exit.
+    pub fn with_deadline(&self, deadline: Instant) -> Client {
+        Client {
+            deadline: Some(deadline),
+            ..self.clone()
+        }
     }
 
     pub fn config(&self) -> &ConnConfig {
@@ -372,6 +384,20 @@ impl Client {
         what: &str,
     ) -> Result<Answer> {
         let url = self.url(path, params);
+        let timeout = match self.deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ConsulError::Timeout {
+                        what: what.to_string(),
+                        addr: self.cfg.addr.clone(),
+                        secs: 0.0,
+                    });
+                }
+                timeout.min(left)
+            }
+            None => timeout,
+        };
         let answer = self.send(method, &url, body, timeout, what)?;
         match answer.status {
             200..=299 => Ok(answer),
@@ -550,33 +576,100 @@ fn host_for_url(name: &str) -> String {
     }
 }
 
-/// Resolves the TLS server name (as it appears in the URL) to the agent's real address.
+/// How long a looked-up host name is trusted before it is looked up again.
+const NAME_CACHE: Duration = Duration::from_secs(30);
+
+/// ureq's default resolver starts a thread for every request once a timeout is set, even
+/// for an IP literal. The agent address is nearly always a literal or `localhost`: those
+/// need no lookup at all; other names are looked up (bounded by the timeout) and reused
+/// for `NAME_CACHE`, so DNS changes are still followed.
+#[derive(Debug, Default)]
+struct AgentResolver {
+    cached: Mutex<Option<(String, Instant, ResolvedSocketAddrs)>>,
+    /// With a TLS server name: the URL names that server, this is where it really is.
+    pin: Option<Pin>,
+}
+
+/// The TLS server name (as it appears in the URL) and the agent's real address.
 #[derive(Debug)]
-struct PinnedResolver {
+struct Pin {
     /// `name:port` as in the URL.
     name: String,
     /// `https://host:port` of the agent.
     real: String,
 }
 
-impl ureq::unversioned::resolver::Resolver for PinnedResolver {
+impl Resolver for AgentResolver {
     fn resolve(
         &self,
         uri: &ureq::http::Uri,
         config: &ureq::config::Config,
         timeout: ureq::unversioned::transport::NextTimeout,
-    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
-        let default = ureq::unversioned::resolver::DefaultResolver::default();
-        let asked = uri.authority().map(|a| a.as_str().to_ascii_lowercase());
-        if asked.as_deref() == Some(self.name.as_str()) {
-            let real: ureq::http::Uri = self
-                .real
-                .parse()
-                .map_err(|_| ureq::Error::BadUri(self.real.clone()))?;
-            return default.resolve(&real, config, timeout);
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let real;
+        let uri = match &self.pin {
+            Some(pin)
+                if uri
+                    .authority()
+                    .map(|a| a.as_str().to_ascii_lowercase())
+                    .as_deref()
+                    == Some(pin.name.as_str()) =>
+            {
+                real = pin
+                    .real
+                    .parse::<ureq::http::Uri>()
+                    .map_err(|_| ureq::Error::BadUri(pin.real.clone()))?;
+                &real
+            }
+            _ => uri,
+        };
+        let (Some(authority), Some(scheme)) = (uri.authority(), uri.scheme_str()) else {
+            return DefaultResolver::default().resolve(uri, config, timeout);
+        };
+        let port = match (authority.port_u16(), scheme) {
+            (Some(p), _) => p,
+            (None, "https") => 443,
+            (None, _) => 80,
+        };
+        if let Some(ips) = ips_without_lookup(authority.host()) {
+            let family = config.ip_family();
+            let mut out = self.empty();
+            for addr in family.keep_wanted(ips.into_iter().map(|ip| SocketAddr::new(ip, port))) {
+                out.push(addr);
+            }
+            return if out.is_empty() {
+                Err(ureq::Error::HostNotFound)
+            } else {
+                Ok(out)
+            };
         }
-        default.resolve(uri, config, timeout)
+        let key = format!("{scheme}://{authority}");
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, at, addrs)) = &*cached {
+            if *k == key && at.elapsed() < NAME_CACHE {
+                return Ok(addrs.clone());
+            }
+        }
+        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
+        *cached = Some((key, Instant::now(), addrs.clone()));
+        Ok(addrs)
     }
+}
+
+/// The addresses of an IP literal (`[::1]` bracketed) or of `localhost` (RFC 6761: always
+/// loopback); `None` for a name that needs a lookup.
+fn ips_without_lookup(host: &str) -> Option<Vec<IpAddr>> {
+    if host.eq_ignore_ascii_case("localhost") {
+        return Some(vec![
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]);
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().ok().map(|ip| vec![ip])
 }
 
 fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
@@ -745,6 +838,21 @@ mod tests {
         assert_eq!(next_index(10, 10), 10);
         assert_eq!(next_index(10, 3), 0);
         assert_eq!(next_index(0, 0), 1);
+    }
+
+    #[test]
+    fn literals_and_localhost_need_no_lookup() {
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        assert_eq!(ips_without_lookup("10.1.2.3"), Some(vec![v4]));
+        assert_eq!(
+            ips_without_lookup("[::1]"),
+            Some(vec![IpAddr::V6(Ipv6Addr::LOCALHOST)])
+        );
+        assert_eq!(
+            ips_without_lookup("LocalHost").unwrap()[0],
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        );
+        assert_eq!(ips_without_lookup("consul.service.consul"), None);
     }
 
     #[test]

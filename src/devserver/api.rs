@@ -2,6 +2,7 @@
 //! dev server's own control endpoint under `/v1/conlock-dev/`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -9,7 +10,7 @@ use serde_json::Value;
 use super::gojson::{go_decode_first, J};
 use super::http::{Body, Request, Response, MAX_BODY};
 use super::shared::{ConnHandle, Shared};
-use super::store::{kv_json, session_json, Behavior, NewSession, Store};
+use super::store::{kv_json, serf_health_json, session_json, Behavior, NewSession, Store};
 use super::{util, FaultMode};
 use crate::gostd::{
     clean_request_path, detect_content_type, format_duration, is_print, parse_duration, parse_uint,
@@ -65,9 +66,13 @@ fn respond(r: Response) -> Outcome {
 }
 
 /// Entry point for every parsed request.
-pub fn handle(shared: &Shared, h: &ConnHandle, req: &Request) -> Outcome {
+pub fn handle(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Outcome {
     if is_control(req) {
-        return respond(control(shared, req));
+        return respond(control(shared, h, req));
+    }
+    // A frozen agent does not even read the request.
+    if shared.hold_while_frozen(h) {
+        return Outcome::Drop;
     }
     shared.requests.fetch_add(1, Ordering::SeqCst);
     loop {
@@ -111,6 +116,7 @@ const SUBTREE: &[(&str, &[&str], Endpoint)] = &[
     ("/v1/session/renew/", &["PUT"], session_renew),
     ("/v1/session/info/", &["GET"], session_info),
     ("/v1/session/node/", &["GET"], session_node),
+    ("/v1/health/node/", &["GET"], health_node),
 ];
 
 fn html_escape(s: &str) -> String {
@@ -482,17 +488,11 @@ fn kv_delete(shared: &Shared, q: &Query, key: &str) -> Response {
 
 // ----- sessions -----------------------------------------------------------
 
-fn session_create(
-    shared: &Shared,
-    _h: &ConnHandle,
-    req: &Request,
-    _q: &Query,
-    _r: &str,
-) -> Outcome {
+fn session_create(shared: &Shared, h: &ConnHandle, req: &Request, _q: &Query, _r: &str) -> Outcome {
     let mut s = SessionArgs {
         id: String::new(),
         name: String::new(),
-        node: shared.node_name.clone(),
+        node: h.agent.node.clone(),
         checks: Some(vec!["serfHealth".to_string()]),
         lock_delay_ns: 15_000_000_000,
         behavior: "release".to_string(),
@@ -840,10 +840,34 @@ fn session_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node
     ))
 }
 
+// ----- health ----------------------------------------------------------------
+
+fn health_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node: &str) -> Outcome {
+    let opts = match parse_opts(q) {
+        Ok(o) => o,
+        Err(r) => return respond(r),
+    };
+    if node.is_empty() {
+        return respond(text(400, "Missing node name"));
+    }
+    sessions_answer(block(
+        shared,
+        h,
+        &opts,
+        |s| (s.checks_table_index(), s.checks_table_index()),
+        |s| s.node(node).map(serf_health_json).into_iter().collect(),
+    ))
+}
+
 // ----- agent / status ------------------------------------------------------
 
-fn agent_self(shared: &Shared, _h: &ConnHandle, _req: &Request, _q: &Query, _r: &str) -> Outcome {
-    let node = shared.node_name.as_str();
+fn agent_self(_s: &Shared, h: &ConnHandle, _req: &Request, _q: &Query, _r: &str) -> Outcome {
+    let node = h.agent.node.as_str();
+    let (server, role) = if h.agent.server {
+        (true, "consul")
+    } else {
+        (false, "node")
+    };
     respond(json(
         200,
         &J::obj([
@@ -853,7 +877,7 @@ fn agent_self(shared: &Shared, _h: &ConnHandle, _req: &Request, _q: &Query, _r: 
                     ("Datacenter", J::s("dc1")),
                     ("NodeName", J::s(node)),
                     ("Revision", J::s("conlock-dev")),
-                    ("Server", J::Bool(true)),
+                    ("Server", J::Bool(server)),
                     ("Version", J::s("1.0.8")),
                 ]),
             ),
@@ -863,10 +887,7 @@ fn agent_self(shared: &Shared, _h: &ConnHandle, _req: &Request, _q: &Query, _r: 
                     ("Name", J::s(node)),
                     ("Addr", J::s("127.0.0.1")),
                     ("Port", J::U(8301)),
-                    (
-                        "Tags",
-                        J::obj([("dc", J::s("dc1")), ("role", J::s("consul"))]),
-                    ),
+                    ("Tags", J::obj([("dc", J::s("dc1")), ("role", J::s(role))])),
                     ("Status", J::U(1)),
                 ]),
             ),
@@ -884,10 +905,47 @@ fn status_peers(_s: &Shared, _h: &ConnHandle, _req: &Request, _q: &Query, _r: &s
 
 // ----- control endpoint --------------------------------------------------------
 
-fn control(shared: &Shared, req: &Request) -> Response {
+fn control(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Response {
     let (q, _) = Query::parse(&req.raw_query);
     let rest = &req.path[CONTROL_PREFIX.len()..];
     let method_ok = |m: &str| req.method == m;
+    if matches!(rest, "agent" | "agent/freeze" | "agent/thaw" | "restart") && !method_ok("PUT") {
+        return text(405, &format!("method {} not allowed", req.method)).header("Allow", "PUT");
+    }
+    if rest == "agent" {
+        let node = q.get("node");
+        return match super::add_agent(shared, node) {
+            Ok(addr) => json(200, &J::obj([("Addr", J::S(addr.to_string()))])),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => text(409, &e.to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => text(400, &e.to_string()),
+            Err(e) => text(500, &format!("cannot start the agent's listener: {e}")),
+        };
+    }
+    if rest == "agent/freeze" || rest == "agent/thaw" {
+        let node = q.get("node");
+        let freeze = rest == "agent/freeze";
+        let detect = match q.get("detect") {
+            "" => super::DEFAULT_DETECT,
+            d => match parse_duration(d) {
+                Ok(ns) if ns >= 0 && freeze => Duration::from_nanos(ns as u64),
+                _ => return text(400, &format!("Invalid detect duration '{d}'")),
+            },
+        };
+        if !shared.set_frozen(node, freeze, detect) {
+            return text(404, &format!("No agent on node '{node}'"));
+        }
+        return json(200, &J::Bool(true));
+    }
+    if rest == "restart" {
+        if q.get("state") != "lose" {
+            return text(
+                400,
+                &format!("Invalid restart state '{}' (want lose)", q.get("state")),
+            );
+        }
+        shared.restart_losing_state(Some(h));
+        return json(200, &J::Bool(true));
+    }
     if rest == "fault" {
         if !method_ok("PUT") {
             return text(405, &format!("method {} not allowed", req.method)).header("Allow", "PUT");

@@ -568,6 +568,11 @@ fn serve(shared: Arc<Shared>, h: Arc<ConnHandle>) {
                 h.kill();
                 break;
             }
+            // So is an answer ready while the agent is frozen: it is
+            // delivered (already stale, as Consul's was) on thaw.
+            if shared.hold_while_frozen(&h) {
+                break;
+            }
         }
         if shared.aborted(&h) {
             break;

@@ -7,9 +7,15 @@
 //! - `PUT /v1/conlock-dev/fault?mode=error|hang|drop|none&for=<duration>`
 //! - `PUT /v1/conlock-dev/session/expire/<id>`
 //! - `GET /v1/conlock-dev/stats` → `{"requests": N, "sessions": N, "keys": N}`
+//! - `PUT /v1/conlock-dev/agent?node=NAME` → `{"Addr": "127.0.0.1:PORT"}`: a
+//!   second listener acting as a client agent on node NAME
+//! - `PUT /v1/conlock-dev/agent/freeze?node=NAME[&detect=D]` and
+//!   `PUT /v1/conlock-dev/agent/thaw?node=NAME`: that agent stops answering
+//!   (a SIGSTOPped agent) and its node fails `detect` later (default 6s)
+//! - `PUT /v1/conlock-dev/restart?state=lose`: a restart that lost all state
 //!
-//! The control endpoint is exempt from faults, ACLs and the request counter.
-//! Nothing is persisted; NOT for production.
+//! The control endpoint is exempt from faults, freezes, ACLs and the request
+//! counter. Nothing is persisted; NOT for production.
 
 mod api;
 mod gojson;
@@ -26,7 +32,11 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shared::Shared;
+use shared::{Agent, Listener, Shared};
+
+/// How long real Consul took to mark a stopped agent's node failed (6.0 to
+/// 6.5 s in the recordings); the default `detect` of a freeze.
+pub const DEFAULT_DETECT: Duration = Duration::from_secs(6);
 
 /// Dev server settings.
 #[derive(Debug, Clone)]
@@ -84,8 +94,7 @@ impl FaultMode {
 pub struct DevServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    listener_fd: i32,
-    accept: Option<JoinHandle<()>>,
+    stopped: bool,
     reaper: Option<JoinHandle<()>>,
     reaper_stop: Option<mpsc::Sender<()>>,
 }
@@ -101,15 +110,8 @@ impl std::fmt::Debug for DevServer {
 impl DevServer {
     /// Binds `opts.addr` and serves on background threads; returns at once.
     pub fn start(opts: Options) -> std::io::Result<DevServer> {
-        let listener = TcpListener::bind(opts.addr)?;
-        let addr = listener.local_addr()?;
-        let listener_fd = listener.as_raw_fd();
         let shared = Arc::new(Shared::new(&opts));
-
-        let s = shared.clone();
-        let accept = std::thread::Builder::new()
-            .name("conlock-dev-accept".to_string())
-            .spawn(move || accept_loop(listener, s))?;
+        let addr = spawn_listener(&shared, opts.addr, shared.primary_agent())?;
 
         let (tx, rx) = mpsc::channel::<()>();
         let s = shared.clone();
@@ -122,8 +124,7 @@ impl DevServer {
                 let mut partial = DevServer {
                     shared,
                     addr,
-                    listener_fd,
-                    accept: Some(accept),
+                    stopped: false,
                     reaper: None,
                     reaper_stop: None,
                 };
@@ -134,8 +135,7 @@ impl DevServer {
         Ok(DevServer {
             shared,
             addr,
-            listener_fd,
-            accept: Some(accept),
+            stopped: false,
             reaper: Some(reaper),
             reaper_stop: Some(tx),
         })
@@ -169,6 +169,41 @@ impl DevServer {
         self.shared.set_fault(FaultMode::None, None);
     }
 
+    /// Starts another listener on 127.0.0.1 (free port) that serves the same
+    /// store as a client agent on node `node_name`: sessions created through
+    /// it default to that node (and its `serfHealth`), `/v1/agent/self`
+    /// names it. Fails with `AlreadyExists` when the node name is taken.
+    pub fn add_agent(&self, node_name: &str) -> std::io::Result<SocketAddr> {
+        add_agent(&self.shared, node_name)
+    }
+
+    /// Freezes the agent of `node` (a SIGSTOPped agent, or one cut off from
+    /// the servers): requests through its listener, and those in flight
+    /// there, get no answer until [`DevServer::thaw_agent`]. `detect` later
+    /// the node's `serfHealth` turns critical and, in one raft index, every
+    /// session tied to it is invalidated (behavior and lock-delay apply).
+    /// Real Consul took 6.0–6.5 s ([`DEFAULT_DETECT`]). False when no agent
+    /// runs on that node.
+    pub fn freeze_agent(&self, node: &str, detect: Duration) -> bool {
+        self.shared.set_frozen(node, true, detect)
+    }
+
+    /// Thaws the agent of `node`: requests held there are handled now, and a
+    /// critical `serfHealth` turns passing (one raft index). False when no
+    /// agent runs on that node.
+    pub fn thaw_agent(&self, node: &str) -> bool {
+        self.shared.set_frozen(node, false, Duration::ZERO)
+    }
+
+    /// A restart that lost all state (a `consul agent -dev` restart, or a
+    /// cluster that lost its raft data): every open connection is closed
+    /// abruptly, including held blocking queries; sessions, keys and
+    /// lock-delays are dropped; the raft index starts again from 5, below
+    /// what clients saw. The same ports keep listening.
+    pub fn restart_losing_state(&self) {
+        self.shared.restart_losing_state(None);
+    }
+
     /// Stops listening, closes every open connection abruptly (including
     /// held blocking queries) and drops all state.
     pub fn shutdown(mut self) {
@@ -176,27 +211,39 @@ impl DevServer {
     }
 
     fn stop(&mut self) {
-        let accept = match self.accept.take() {
-            Some(a) => a,
-            None => return,
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let listeners = {
+            let mut l = self
+                .shared
+                .listeners
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // Under the lock: no listener is added after this.
+            self.shared.begin_shutdown();
+            std::mem::take(&mut *l)
         };
-        self.shared.begin_shutdown();
-        // Wake the accept loop: shutting a listening socket down makes
-        // accept(2) fail on Linux; a self-connect covers other systems.
-        // SAFETY: the descriptor is owned by the accept thread, which only
-        // drops it after noticing the shutdown flag (so it is still open).
-        unsafe {
-            libc::shutdown(self.listener_fd, libc::SHUT_RDWR);
+        for l in listeners {
+            // Wake the accept loop: shutting a listening socket down makes
+            // accept(2) fail on Linux; a self-connect covers other systems.
+            // SAFETY: the descriptor is owned by the accept thread, which
+            // only drops it after noticing the shutdown flag (so it is still
+            // open).
+            unsafe {
+                libc::shutdown(l.fd, libc::SHUT_RDWR);
+            }
+            let mut wake = l.addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match wake {
+                    SocketAddr::V4(_) => [127, 0, 0, 1].into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            let _ = TcpStream::connect_timeout(&wake, Duration::from_millis(200));
+            let _ = l.accept.join();
         }
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => [127, 0, 0, 1].into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_millis(200));
-        let _ = accept.join();
         // Anything accepted meanwhile was refused by the registry.
         self.shared.begin_shutdown();
         self.reaper_stop.take();
@@ -214,7 +261,59 @@ impl Drop for DevServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Binds `addr` and serves it on a new accept thread as `agent`.
+fn spawn_listener(
+    shared: &Arc<Shared>,
+    addr: SocketAddr,
+    agent: Arc<Agent>,
+) -> std::io::Result<SocketAddr> {
+    serve_listener(shared, TcpListener::bind(addr)?, agent)
+}
+
+/// Serves a bound listener on a new accept thread as `agent`.
+fn serve_listener(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    agent: Arc<Agent>,
+) -> std::io::Result<SocketAddr> {
+    let mut listeners = shared.listeners.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.is_shutdown() {
+        return Err(std::io::Error::other("dev server is shutting down"));
+    }
+    let bound = listener.local_addr()?;
+    let fd = listener.as_raw_fd();
+    let s = shared.clone();
+    let accept = std::thread::Builder::new()
+        .name("conlock-dev-accept".to_string())
+        .spawn(move || accept_loop(listener, s, agent))?;
+    listeners.push(Listener {
+        fd,
+        addr: bound,
+        accept,
+    });
+    Ok(bound)
+}
+
+/// Registers a client agent on `node` and starts its listener.
+fn add_agent(shared: &Arc<Shared>, node: &str) -> std::io::Result<SocketAddr> {
+    if node.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "agent node name is empty",
+        ));
+    }
+    // Bound first, so that a failure leaves no agent without a listener.
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let agent = shared.add_agent(node).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("an agent already runs on node '{node}'"),
+        )
+    })?;
+    serve_listener(shared, listener, agent)
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
     loop {
         let accepted = listener.accept();
         if shared.is_shutdown() {
@@ -227,7 +326,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
-        let (id, h) = match shared.register(stream) {
+        let (id, h) = match shared.register(stream, agent.clone()) {
             Some(x) => x,
             None => break,
         };

@@ -1,28 +1,60 @@
-//! State shared by the accept loop, the connection threads and the reaper:
-//! the store with its change condvar, injected faults, and the registry of
-//! open connections (so they can be closed abruptly).
+//! State shared by the accept loops, the connection threads and the reaper:
+//! the store with its change condvar, injected faults, the agents (one per
+//! listener) and the registry of open connections (so they can be closed
+//! abruptly).
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::store::Store;
 use super::{FaultMode, Options};
 
+/// The agent a listener acts as: the dev server's own (server) agent, or a
+/// client agent on another node added for tests.
+#[derive(Debug)]
+pub struct Agent {
+    pub node: String,
+    pub server: bool,
+    /// Requests through this agent are held unanswered (a SIGSTOPped agent).
+    frozen: AtomicBool,
+}
+
+impl Agent {
+    pub fn new(node: &str, server: bool) -> Agent {
+        Agent {
+            node: node.to_string(),
+            server,
+            frozen: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A listening socket and its accept thread.
+#[derive(Debug)]
+pub struct Listener {
+    pub fd: i32,
+    pub addr: SocketAddr,
+    pub accept: JoinHandle<()>,
+}
+
 /// One open client connection.
 #[derive(Debug)]
 pub struct ConnHandle {
     pub stream: TcpStream,
+    pub agent: Arc<Agent>,
     killed: AtomicBool,
 }
 
 impl ConnHandle {
-    pub fn new(stream: TcpStream) -> ConnHandle {
+    pub fn new(stream: TcpStream, agent: Arc<Agent>) -> ConnHandle {
         ConnHandle {
             stream,
+            agent,
             killed: AtomicBool::new(false),
         }
     }
@@ -61,7 +93,6 @@ struct Fault {
 
 #[derive(Debug)]
 pub struct Shared {
-    pub node_name: String,
     pub acl_token: Option<String>,
     pub session_ttl_min: Duration,
     store: Mutex<Store>,
@@ -72,6 +103,9 @@ pub struct Shared {
     fault_cv: Condvar,
     conns: Mutex<HashMap<u64, Arc<ConnHandle>>>,
     conns_cv: Condvar,
+    /// The primary agent first.
+    agents: Mutex<Vec<Arc<Agent>>>,
+    pub listeners: Mutex<Vec<Listener>>,
     next_conn: AtomicU64,
     shutdown: AtomicBool,
     pub requests: AtomicU64,
@@ -84,7 +118,6 @@ fn relock<T>(r: std::sync::LockResult<MutexGuard<'_, T>>) -> MutexGuard<'_, T> {
 impl Shared {
     pub fn new(opts: &Options) -> Shared {
         Shared {
-            node_name: opts.node_name.clone(),
             acl_token: opts.acl_token.clone(),
             session_ttl_min: opts.session_ttl_min,
             store: Mutex::new(Store::new(&opts.node_name)),
@@ -96,6 +129,8 @@ impl Shared {
             fault_cv: Condvar::new(),
             conns: Mutex::new(HashMap::new()),
             conns_cv: Condvar::new(),
+            agents: Mutex::new(vec![Arc::new(Agent::new(&opts.node_name, true))]),
+            listeners: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             requests: AtomicU64::new(0),
@@ -184,14 +219,132 @@ impl Shared {
         }
     }
 
+    /// Holds the request while its agent is frozen. Returns true when the
+    /// connection was killed (or the server shut down) meanwhile.
+    pub fn hold_while_frozen(&self, h: &ConnHandle) -> bool {
+        let mut f = relock(self.faults.lock());
+        loop {
+            if self.aborted(h) {
+                return true;
+            }
+            if !h.agent.frozen.load(Ordering::SeqCst) {
+                return false;
+            }
+            f = match self.fault_cv.wait_timeout(f, Duration::from_secs(3600)) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+
+    pub fn primary_agent(&self) -> Arc<Agent> {
+        relock(self.agents.lock())[0].clone()
+    }
+
+    pub fn find_agent(&self, node: &str) -> Option<Arc<Agent>> {
+        relock(self.agents.lock())
+            .iter()
+            .find(|a| a.node.eq_ignore_ascii_case(node))
+            .cloned()
+    }
+
+    /// Adds a client agent on a new node and registers that node (passing
+    /// `serfHealth`). `None` when the node name is taken.
+    pub fn add_agent(&self, node: &str) -> Option<Arc<Agent>> {
+        let agent = {
+            let mut agents = relock(self.agents.lock());
+            if agents.iter().any(|a| a.node.eq_ignore_ascii_case(node)) {
+                return None;
+            }
+            let a = Arc::new(Agent::new(node, false));
+            agents.push(a.clone());
+            a
+        };
+        self.lock_store().node_register(node, false, None);
+        self.notify_changed();
+        Some(agent)
+    }
+
+    /// Freezes or thaws the agent of `node`; false when there is none. A
+    /// freeze schedules the node's failure `detect` from now; a thaw cancels
+    /// it, or turns a critical `serfHealth` passing again.
+    pub fn set_frozen(&self, node: &str, frozen: bool, detect: Duration) -> bool {
+        let agent = match self.find_agent(node) {
+            Some(a) => a,
+            None => return false,
+        };
+        {
+            let mut st = self.lock_store();
+            if frozen {
+                st.node_fail_at(&agent.node, Instant::now() + detect);
+            } else {
+                st.node_alive(&agent.node);
+            }
+        }
+        self.changed.notify_all();
+        {
+            let _f = relock(self.faults.lock());
+            agent.frozen.store(frozen, Ordering::SeqCst);
+        }
+        self.fault_cv.notify_all();
+        // A node that fails right away (`detect` 0) is failed by the reaper.
+        true
+    }
+
+    /// A restart that lost all state: every open connection is closed
+    /// abruptly (held blocking queries included), sessions, keys and
+    /// lock-delays are gone, and the raft index starts low again. Nodes
+    /// rejoin: each agent's node is registered again, keeping its health
+    /// (a frozen agent still fails when its detection time comes). `keep`:
+    /// the connection that asked for it (through the control endpoint).
+    pub fn restart_losing_state(&self, keep: Option<&ConnHandle>) {
+        {
+            let mut st = self.lock_store();
+            {
+                let conns = relock(self.conns.lock());
+                for h in conns.values() {
+                    if !keep.is_some_and(|k| std::ptr::eq(k, &**h)) {
+                        h.kill();
+                    }
+                }
+            }
+            let agents: Vec<Arc<Agent>> = relock(self.agents.lock()).clone();
+            let mut fresh = Store::new(&agents[0].node);
+            let old: Vec<(String, bool, Option<Instant>)> = st
+                .nodes()
+                .map(|n| (n.name.clone(), n.critical, n.fail_at))
+                .collect();
+            for a in &agents {
+                let (critical, fail_at) = old
+                    .iter()
+                    .find(|(n, _, _)| n.eq_ignore_ascii_case(&a.node))
+                    .map(|(_, c, f)| (*c, *f))
+                    .unwrap_or((false, None));
+                if a.server {
+                    if critical {
+                        fresh.node_fail_at(&a.node, Instant::now());
+                    } else if let Some(t) = fail_at {
+                        fresh.node_fail_at(&a.node, t);
+                    }
+                } else {
+                    fresh.node_register(&a.node, critical, fail_at);
+                }
+            }
+            *st = fresh;
+        }
+        self.changed.notify_all();
+        drop(relock(self.faults.lock()));
+        self.fault_cv.notify_all();
+    }
+
     /// Registers a new connection, unless the server is shutting down.
-    pub fn register(&self, stream: TcpStream) -> Option<(u64, Arc<ConnHandle>)> {
+    pub fn register(&self, stream: TcpStream, agent: Arc<Agent>) -> Option<(u64, Arc<ConnHandle>)> {
         let mut conns = relock(self.conns.lock());
         if self.is_shutdown() {
             return None;
         }
         let id = self.next_conn.fetch_add(1, Ordering::SeqCst);
-        let h = Arc::new(ConnHandle::new(stream));
+        let h = Arc::new(ConnHandle::new(stream, agent));
         conns.insert(id, h.clone());
         Some((id, h))
     }
@@ -234,6 +387,6 @@ impl Shared {
 
     /// Drops all state (after shutdown).
     pub fn clear_state(&self) {
-        *self.lock_store() = Store::new(&self.node_name);
+        *self.lock_store() = Store::new(&self.primary_agent().node);
     }
 }

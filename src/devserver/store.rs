@@ -85,7 +85,20 @@ pub struct Store {
     tombstones: BTreeMap<String, u64>,
     sessions: BTreeMap<String, Session>,
     lock_delay: HashMap<String, Instant>,
-    node_name: String,
+    /// Registered nodes by lowercased name, each with its `serfHealth` check.
+    nodes: BTreeMap<String, Node>,
+    checks_index: u64,
+}
+
+/// A registered node and the state of its one check, `serfHealth`.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub critical: bool,
+    pub check_create_index: u64,
+    pub check_modify_index: u64,
+    /// When the servers will notice the agent is gone (it is frozen).
+    pub fail_at: Option<Instant>,
 }
 
 /// Looks up a session the way go-memdb's UUID index does. `Err` carries the
@@ -96,7 +109,7 @@ fn lookup_key(id: &str) -> Result<Option<String>, String> {
 
 impl Store {
     pub fn new(node_name: &str) -> Store {
-        Store {
+        let mut st = Store {
             raft_index: INITIAL_RAFT_INDEX,
             kvs_index: 0,
             sessions_index: 0,
@@ -104,7 +117,117 @@ impl Store {
             tombstones: BTreeMap::new(),
             sessions: BTreeMap::new(),
             lock_delay: HashMap::new(),
-            node_name: node_name.to_string(),
+            nodes: BTreeMap::new(),
+            checks_index: 0,
+        };
+        // The dev agent registered itself before it serves requests.
+        st.insert_node(INITIAL_RAFT_INDEX, node_name, false, None);
+        st
+    }
+
+    fn insert_node(&mut self, idx: u64, name: &str, critical: bool, fail_at: Option<Instant>) {
+        self.nodes.insert(
+            name.to_lowercase(),
+            Node {
+                name: name.to_string(),
+                critical,
+                check_create_index: idx,
+                check_modify_index: idx,
+                fail_at,
+            },
+        );
+        self.checks_index = self.checks_index.max(idx);
+    }
+
+    /// Registers a node with its `serfHealth` check (passing unless
+    /// `critical`) in one raft write, as a joining agent does. False when a
+    /// node of that name (case-insensitive) exists.
+    pub fn node_register(&mut self, name: &str, critical: bool, fail_at: Option<Instant>) -> bool {
+        if self.nodes.contains_key(&name.to_lowercase()) {
+            return false;
+        }
+        let idx = self.next_index();
+        self.insert_node(idx, name, critical, fail_at);
+        true
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(&name.to_lowercase())
+    }
+
+    /// Index of the checks table (never 0).
+    pub fn checks_table_index(&self) -> u64 {
+        self.checks_index.max(1)
+    }
+
+    /// The agent of `name` stopped answering: its `serfHealth` turns critical
+    /// at `at` (the earliest time wins when called again).
+    pub fn node_fail_at(&mut self, name: &str, at: Instant) -> bool {
+        match self.nodes.get_mut(&name.to_lowercase()) {
+            Some(n) => {
+                if !n.critical {
+                    n.fail_at = Some(n.fail_at.map_or(at, |t| t.min(at)));
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The agent of `name` answers again: a pending failure is cancelled, and
+    /// a critical `serfHealth` turns passing in one raft write.
+    pub fn node_alive(&mut self, name: &str) -> bool {
+        let key = name.to_lowercase();
+        let critical = match self.nodes.get_mut(&key) {
+            Some(n) => {
+                n.fail_at = None;
+                n.critical
+            }
+            None => return false,
+        };
+        if critical {
+            let idx = self.next_index();
+            if let Some(n) = self.nodes.get_mut(&key) {
+                n.critical = false;
+                n.check_modify_index = idx;
+            }
+            self.checks_index = idx;
+        }
+        true
+    }
+
+    /// `serfHealth` of `name` turns critical: in the same raft write every
+    /// session tied to it is invalidated (Consul's `ensureCheckTxn`), with
+    /// its behavior and lock-delay.
+    fn node_fail(&mut self, key: &str, now: Instant) {
+        let idx = self.next_index();
+        let node = match self.nodes.get_mut(key) {
+            Some(n) => n,
+            None => return,
+        };
+        node.critical = true;
+        node.fail_at = None;
+        node.check_modify_index = idx;
+        let name = node.name.clone();
+        self.checks_index = idx;
+        let tied: Vec<String> = self
+            .sessions
+            .values()
+            .filter(|s| {
+                s.node.eq_ignore_ascii_case(&name)
+                    && s.checks
+                        .iter()
+                        .flatten()
+                        .any(|c| c.eq_ignore_ascii_case("serfHealth"))
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in tied {
+            self.invalidate(idx, &id, now);
         }
     }
 
@@ -379,12 +502,16 @@ impl Store {
     /// 500 text.
     pub fn session_create(&mut self, s: NewSession, now: Instant) -> Result<String, String> {
         let idx = self.next_index();
-        if !s.node.eq_ignore_ascii_case(&self.node_name) {
-            return Err("Missing node registration".to_string());
-        }
+        let node = match self.node(&s.node) {
+            Some(n) => n,
+            None => return Err("Missing node registration".to_string()),
+        };
         for check in s.checks.iter().flatten() {
             if !check.eq_ignore_ascii_case("serfHealth") {
                 return Err(format!("Missing check '{check}' registration"));
+            }
+            if node.critical {
+                return Err(format!("Check '{check}' is in critical state"));
             }
         }
         let id = s.id.clone();
@@ -496,9 +623,19 @@ impl Store {
         true
     }
 
-    /// Invalidates every TTL session whose deadline has passed; returns how
-    /// many. Also forgets lock-delays that are over.
+    /// Fails the nodes whose agents went silent long enough ago, invalidates
+    /// every TTL session whose deadline has passed; returns how many raft
+    /// writes that took. Also forgets lock-delays that are over.
     pub fn reap(&mut self, now: Instant) -> usize {
+        let failed: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.fail_at.is_some_and(|t| t <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &failed {
+            self.node_fail(key, now);
+        }
         let due: Vec<String> = self
             .sessions
             .values()
@@ -510,7 +647,7 @@ impl Store {
             self.invalidate(idx, id, now);
         }
         self.lock_delay.retain(|_, until| *until > now);
-        due.len()
+        failed.len() + due.len()
     }
 }
 
@@ -554,4 +691,172 @@ pub fn session_json(s: &Session) -> J {
         ("CreateIndex", J::U(s.create_index)),
         ("ModifyIndex", J::U(s.modify_index)),
     ])
+}
+
+/// One entry of `/v1/health/node/<node>`: the node's `serfHealth` check.
+pub fn serf_health_json(n: &Node) -> J {
+    let (status, output) = if n.critical {
+        ("critical", "Agent not live or unreachable")
+    } else {
+        ("passing", "Agent alive and reachable")
+    };
+    J::obj([
+        ("Node", J::s(n.name.as_str())),
+        ("CheckID", J::s("serfHealth")),
+        ("Name", J::s("Serf Health Status")),
+        ("Status", J::s(status)),
+        ("Notes", J::s("")),
+        ("Output", J::s(output)),
+        ("ServiceID", J::s("")),
+        ("ServiceName", J::s("")),
+        ("ServiceTags", J::A(Vec::new())),
+        ("Definition", J::O(Vec::new())),
+        ("CreateIndex", J::U(n.check_create_index)),
+        ("ModifyIndex", J::U(n.check_modify_index)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(st: &mut Store, node: &str, checks: Option<Vec<&str>>, delay: Duration) -> String {
+        let id = crate::devserver::util::uuid_v4();
+        st.session_create(
+            NewSession {
+                id,
+                name: String::new(),
+                node: node.to_string(),
+                checks: checks.map(|c| c.into_iter().map(String::from).collect()),
+                lock_delay_ns: delay.as_nanos() as i64,
+                behavior: Behavior::Release,
+                ttl: String::new(),
+                ttl_dur: None,
+            },
+            Instant::now(),
+        )
+        .expect("session create")
+    }
+
+    /// Consul 1.0.8 echoes any LockDelay but applies at most 60 s
+    /// (`11-lock-delay-cap.json`: refused at 59 s, acquired at 60 s).
+    #[test]
+    fn lock_delay_applied_is_capped_at_60s() {
+        let mut st = Store::new("n");
+        let waiter = session(&mut st, "n", Some(vec!["serfHealth"]), Duration::ZERO);
+        // An injected clock that only moves forward.
+        let mut t0 = Instant::now();
+        for requested in [Duration::from_secs(120), Duration::from_secs(3_600_000)] {
+            t0 += Duration::from_secs(100);
+            let holder = session(&mut st, "n", Some(vec!["serfHealth"]), requested);
+            let echoed = st.session_get(&holder).unwrap().unwrap().lock_delay_ns;
+            assert_eq!(echoed as u128, requested.as_nanos(), "echoed unchanged");
+            assert_eq!(st.kv_lock("k", 0, b"x".to_vec(), &holder, t0), Ok(true));
+            st.session_destroy(&holder, t0).unwrap();
+            for (after, want) in [(0, false), (59_000, false), (59_999, false), (60_000, true)] {
+                let now = t0 + Duration::from_millis(after);
+                let got = st.kv_lock("k", 0, b"w".to_vec(), &waiter, now);
+                assert_eq!(
+                    got,
+                    Ok(want),
+                    "{requested:?} delay, acquire {after} ms after"
+                );
+            }
+            st.kv_unlock("k", 0, Vec::new(), &waiter).unwrap();
+        }
+        // LockDelay 0: free at once.
+        let holder = session(&mut st, "n", Some(vec!["serfHealth"]), Duration::ZERO);
+        t0 += Duration::from_secs(100);
+        assert_eq!(st.kv_lock("z", 0, Vec::new(), &holder, t0), Ok(true));
+        st.session_destroy(&holder, t0).unwrap();
+        assert_eq!(st.kv_lock("z", 0, Vec::new(), &waiter, t0), Ok(true));
+    }
+
+    #[test]
+    fn node_failure_invalidates_tied_sessions_in_one_index() {
+        let mut st = Store::new("srv");
+        assert!(st.node_register("client1", false, None));
+        assert!(
+            !st.node_register("CLIENT1", false, None),
+            "names are case-insensitive"
+        );
+        let a = session(
+            &mut st,
+            "client1",
+            Some(vec!["serfHealth"]),
+            Duration::from_secs(5),
+        );
+        let t = session(&mut st, "client1", Some(vec![]), Duration::from_secs(5));
+        let s = session(
+            &mut st,
+            "srv",
+            Some(vec!["serfHealth"]),
+            Duration::from_secs(5),
+        );
+        let t0 = Instant::now();
+        for (key, id) in [("a", &a), ("t", &t), ("s", &s)] {
+            assert_eq!(st.kv_lock(key, 0, Vec::new(), id, t0), Ok(true));
+        }
+        let before = st.raft_index;
+        assert!(st.node_fail_at("client1", t0 + Duration::from_secs(6)));
+        assert_eq!(
+            st.reap(t0 + Duration::from_millis(5999)),
+            0,
+            "not before detect"
+        );
+        assert_eq!(st.reap(t0 + Duration::from_secs(6)), 1);
+        let idx = before + 1;
+        assert_eq!(st.raft_index, idx, "one raft write");
+        let n = st.node("client1").unwrap();
+        assert!(n.critical);
+        assert_eq!(n.check_modify_index, idx);
+        assert_eq!(st.checks_table_index(), idx);
+        assert!(st.session_get(&a).unwrap().is_none());
+        assert_eq!(st.sessions_table_index(), idx);
+        let ka = st.kv_get("a").unwrap();
+        assert_eq!(
+            (ka.session.as_deref(), ka.lock_index, ka.modify_index),
+            (None, 1, idx)
+        );
+        assert_eq!(st.kv_get("t").unwrap().session.as_deref(), Some(t.as_str()));
+        assert_eq!(st.kv_get("s").unwrap().session.as_deref(), Some(s.as_str()));
+        // Lock-delay from the invalidation.
+        let tf = t0 + Duration::from_secs(6);
+        assert_eq!(
+            st.kv_lock("a", 0, Vec::new(), &s, tf + Duration::from_millis(4999)),
+            Ok(false)
+        );
+        assert_eq!(
+            st.kv_lock("a", 0, Vec::new(), &s, tf + Duration::from_secs(5)),
+            Ok(true)
+        );
+        // No new serfHealth session on a failed node.
+        let err = st
+            .session_create(
+                NewSession {
+                    id: crate::devserver::util::uuid_v4(),
+                    name: String::new(),
+                    node: "client1".to_string(),
+                    checks: Some(vec!["serfHealth".to_string()]),
+                    lock_delay_ns: 0,
+                    behavior: Behavior::Release,
+                    ttl: String::new(),
+                    ttl_dur: None,
+                },
+                tf,
+            )
+            .unwrap_err();
+        assert_eq!(err, "Check 'serfHealth' is in critical state");
+        // Alive again: passing in one more write; sessions stay gone.
+        let before = st.raft_index;
+        assert!(st.node_alive("client1"));
+        assert_eq!(st.raft_index, before + 1);
+        assert!(!st.node("client1").unwrap().critical);
+        assert_eq!(st.node("client1").unwrap().check_modify_index, before + 1);
+        // A thaw before detection cancels the failure.
+        assert!(st.node_fail_at("client1", tf));
+        assert!(st.node_alive("client1"));
+        assert_eq!(st.reap(tf + Duration::from_secs(60)), 0);
+        assert!(!st.node_fail_at("nope", tf));
+    }
 }

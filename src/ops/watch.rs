@@ -1,8 +1,8 @@
 //! `conlock watch`: one line per change of holder, and an optional handler run on each
 //! change (never two at once; changes that arrive meanwhile are coalesced into one run).
 
-use std::ffi::OsString;
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -39,7 +39,7 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
         Some(HandlerRunner::start(supervise::resolve(
             &args.handler,
             false,
-        )?))
+        )?)?)
     };
     let client = crate::app::client(conn)?;
     let mut index = 0;
@@ -216,13 +216,27 @@ pub fn env_for(c: &Change) -> Vec<(String, String)> {
 
 type Env = Vec<(String, String)>;
 
-/// Runs the handler on its own thread, one run at a time, latest change wins.
+/// The grace a handler gets after the signal that ends watch, as `run --kill-grace`.
+const HANDLER_GRACE: Duration = Duration::from_secs(5);
+
+/// The running handler's process group, and whether watch is ending.
+#[derive(Default)]
+struct Running {
+    pgid: Option<i32>,
+    closing: bool,
+}
+
+/// Runs the handler on its own thread, one run at a time, latest change wins. Each run
+/// gets its own process group, stopped like `run` stops its command when watch ends on
+/// SIGINT, SIGTERM, SIGHUP or SIGQUIT: that signal and SIGCONT, a grace, then SIGKILL.
 struct HandlerRunner {
     pending: Arc<(Mutex<Option<Env>>, Condvar)>,
 }
 
 impl HandlerRunner {
-    fn start(program: Program) -> HandlerRunner {
+    fn start(program: Program) -> Result<HandlerRunner> {
+        let running: Arc<Mutex<Running>> = Arc::default();
+        stop_handler_on_signals(running.clone())?;
         let pending: Arc<(Mutex<Option<Env>>, Condvar)> = Arc::default();
         let shared = pending.clone();
         std::thread::spawn(move || loop {
@@ -236,8 +250,33 @@ impl HandlerRunner {
                     p = cv.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            let args: Vec<&OsString> = program.argv[1..].iter().collect();
-            match Command::new(&program.path).args(args).envs(env).status() {
+            let spawned = {
+                let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
+                if r.closing {
+                    return;
+                }
+                let mut cmd = Command::new(&program.path);
+                cmd.arg0(&program.argv[0])
+                    .args(&program.argv[1..])
+                    .envs(env)
+                    // Its own group cannot read the terminal (SIGTTIN would stop it).
+                    .stdin(Stdio::null())
+                    .process_group(0);
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                        Ok(())
+                    });
+                }
+                let spawned = cmd.spawn();
+                if let Ok(c) = &spawned {
+                    r.pgid = Some(c.id() as i32);
+                }
+                spawned
+            };
+            let status = spawned.and_then(|mut c| c.wait());
+            running.lock().unwrap_or_else(|e| e.into_inner()).pgid = None;
+            match status {
                 Ok(st) if !st.success() => {
                     ui::warn(format_args!("handler {} exited with {st}", program.display))
                 }
@@ -245,7 +284,7 @@ impl HandlerRunner {
                 Err(e) => ui::warn(format_args!("cannot run handler {}: {e}", program.display)),
             }
         });
-        HandlerRunner { pending }
+        Ok(HandlerRunner { pending })
     }
 
     fn submit(&self, env: Env) {
@@ -253,4 +292,40 @@ impl HandlerRunner {
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(env);
         cv.notify_one();
     }
+}
+
+/// On a terminating signal (not ignored at start): no new handler run, the running
+/// one's group is stopped, then watch exits 128 + the signal.
+fn stop_handler_on_signals(running: Arc<Mutex<Running>>) -> Result<()> {
+    let caught: Vec<i32> = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT]
+        .into_iter()
+        .filter(|&sig| !supervise::ignored(sig))
+        .collect();
+    let mut signals = signal_hook::iterator::Signals::new(caught).map_err(|e| {
+        crate::error::Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}"))
+    })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let pgid = {
+                    let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
+                    r.closing = true;
+                    r.pgid
+                };
+                if let Some(pgid) = pgid {
+                    let first = nix::sys::signal::Signal::try_from(sig)
+                        .unwrap_or(nix::sys::signal::Signal::SIGTERM);
+                    if !supervise::stop_group(pgid, first, HANDLER_GRACE) {
+                        ui::error(format_args!(
+                            "the handler's process group {pgid} survives SIGKILL"
+                        ));
+                    }
+                }
+                ui::flush();
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|e| crate::error::Error::Other(e.into()))?;
+    Ok(())
 }

@@ -1,12 +1,17 @@
 //! The one integration test binary: shared helpers plus one module per area.
 
+mod bench;
 mod client;
 mod common;
 mod devserver;
+mod devserver_faults;
 mod edges;
 mod faults;
+mod guardian;
 mod harness;
 mod ops;
+mod peers;
+mod process;
 mod prop;
 mod review;
 mod run;

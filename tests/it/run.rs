@@ -531,3 +531,46 @@ fn signal_while_waiting_gives_up_cleanly() {
     signal(h.id(), libc::SIGTERM);
     wait_exit(&mut h, LONG);
 }
+
+/// Requests of an uncontended run: session create, read, acquire, read-back, the
+/// monitor's blocking query, one check-and-set delete, session destroy. The release must
+/// not cost a release + read + delete because the monitor has not answered yet.
+#[test]
+fn uncontended_run_sends_seven_requests() {
+    let server = start_server();
+    let dir = scratch("requests");
+    let go = dir.join("go");
+    let wait_go = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
+    let before = server.request_count();
+    let mut kid = conlock(&server)
+        .args(["run", "--key", "jobs/count", "--ttl", "60s", "--"])
+        .args(["sh", "-c", &wait_go])
+        .spawn()
+        .unwrap();
+    // The job ends only once the monitor's blocking query is in, so the count does not
+    // depend on whether the monitor thread got to run before a very short job ended.
+    assert!(
+        wait_for(LONG, || server.request_count() >= before + 5),
+        "the monitor's query never came ({} requests)",
+        server.request_count() - before
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut kid, LONG).success());
+    assert_eq!(server.request_count() - before, 7);
+
+    // A job that ends at once: the monitor may not have asked yet.
+    let before = server.request_count();
+    let st = conlock(&server)
+        .args(["run", "--key", "jobs/count", "--ttl", "60s", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let sent = server.request_count() - before;
+    assert!((6..=7).contains(&sent), "{sent} requests");
+    let c = client(&server);
+    assert!(c
+        .kv_get("jobs/count", QueryOptions::default())
+        .unwrap()
+        .0
+        .is_none());
+}

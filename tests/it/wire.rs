@@ -1,5 +1,5 @@
 //! Wire compatibility with `consul lock`: what conlock writes matches what the real
-//! `consul lock` wrote (../shared/consul-reference/09-consul-lock-wire.json), and
+//! `consul lock` wrote (tests/fixtures/consul-1.0.8/09-consul-lock-wire.json), and
 //! holders written the way `consul lock` writes them exclude conlock.
 
 use std::path::Path;
@@ -15,8 +15,9 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn recorded() -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/consul-reference/09-consul-lock-wire.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+        .join("tests/fixtures/consul-1.0.8/09-consul-lock-wire.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("recorded JSON")
 }
 
 fn recorded_key(rec: &Value, key: &str) -> Value {

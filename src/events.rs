@@ -1,0 +1,138 @@
+//! `--events`: one JSON object per line for log shippers and tests (schema in
+//! docs/events.md and docs/events.schema.json). Process-wide, like the -v output, so any
+//! stage of a run can report without the sink being passed through every layer.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::sync::{Mutex, OnceLock};
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
+
+use crate::ui;
+
+/// Where the events go, opened before any request so that a bad path is a usage error.
+pub struct Sink(File);
+
+impl Sink {
+    /// `-` is stderr (stdout belongs to the command), `fd:N` an inherited descriptor,
+    /// anything else a file opened for appending (created if missing).
+    pub fn open(spec: &str) -> Result<Sink, String> {
+        if spec == "-" {
+            return dup_fd(2).map(Sink);
+        }
+        if let Some(n) = spec.strip_prefix("fd:") {
+            let fd: i32 = n
+                .parse()
+                .ok()
+                .filter(|&fd| fd >= 0)
+                .ok_or_else(|| format!("--events {spec}: fd:N needs a descriptor number"))?;
+            return dup_fd(fd)
+                .map(Sink)
+                .map_err(|e| format!("--events {spec}: {e}"));
+        }
+        if spec.is_empty() {
+            return Err("--events needs a file, '-' (stderr) or fd:N".into());
+        }
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(spec)
+            .map(Sink)
+            .map_err(|e| format!("cannot open --events file {spec}: {e}"))
+    }
+}
+
+/// A private copy of `fd` (close-on-exec, so the command does not inherit it twice).
+fn dup_fd(fd: i32) -> Result<File, String> {
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(format!(
+            "descriptor {fd} is not open ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(unsafe { File::from_raw_fd(new) })
+}
+
+struct State {
+    /// `None` after a failed write.
+    file: Option<File>,
+    kind: &'static str,
+    target: String,
+}
+
+static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// Starts writing events about `kind` (`lock` or `semaphore`) `target` (key or prefix).
+pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
+    if let Some(Sink(file)) = sink {
+        let _ = STATE.set(Mutex::new(State {
+            file: Some(file),
+            kind,
+            target: target.to_string(),
+        }));
+    }
+}
+
+pub fn enabled() -> bool {
+    STATE.get().is_some()
+}
+
+/// Writes one event line: `time`, `event`, `kind`, `target`, `pid`, then `fields`.
+/// A write failure is reported once and ends the events, never the run.
+pub fn emit(event: &str, fields: Value) {
+    let Some(state) = STATE.get() else { return };
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    if s.file.is_none() {
+        return;
+    }
+    // Common fields first, in a fixed order, for people reading the file; then the
+    // event's own fields (in name order).
+    let common = [
+        ("time", Value::from(ui::timestamp(SystemTime::now()))),
+        ("event", event.into()),
+        ("kind", s.kind.into()),
+        ("target", s.target.clone().into()),
+        ("pid", std::process::id().into()),
+    ];
+    let extra = match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut line = Vec::with_capacity(256);
+    line.push(b'{');
+    for (i, (k, v)) in common
+        .iter()
+        .map(|(k, v)| (*k, v))
+        .chain(extra.iter().map(|(k, v)| (k.as_str(), v)))
+        .enumerate()
+    {
+        if i > 0 {
+            line.push(b',');
+        }
+        serde_json::to_writer(&mut line, k).expect("event json");
+        line.push(b':');
+        serde_json::to_writer(&mut line, v).expect("event json");
+    }
+    line.extend_from_slice(b"}\n");
+    // One write per line, so concurrent writers (several conlocks on one file opened
+    // for appending) never interleave within a line.
+    // With `-` the line shares the terminal with the waiting status line.
+    ui::clear_status();
+    let Some(file) = s.file.as_mut() else { return };
+    if let Err(e) = file.write_all(&line) {
+        ui::warn(format_args!("cannot write --events: {e}; no more events"));
+        s.file = None;
+    }
+}
+
+/// How a run ended, for the `exit` event.
+pub fn exit(code: i32, how: &str, extra: Value) {
+    let mut fields = serde_json::json!({ "code": code, "how": how });
+    if let (Value::Object(f), Value::Object(e)) = (&mut fields, extra) {
+        f.extend(e);
+    }
+    emit("exit", fields);
+}

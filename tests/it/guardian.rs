@@ -1,0 +1,514 @@
+//! The guardian (conlock killed or stuck) and surviving process groups, on the real binary.
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use conlock::devserver::FaultMode;
+
+use crate::common::start_server;
+use crate::harness::*;
+
+const LONG: Duration = Duration::from_secs(60);
+const NOBODY: u32 = 65534;
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn read_ns(path: &Path) -> u128 {
+    assert!(
+        wait_for(LONG, || read(path).trim().parse::<u128>().is_ok()),
+        "no timestamp in {path:?}"
+    );
+    read(path).trim().parse().unwrap()
+}
+
+fn read_pid(path: &Path) -> i32 {
+    assert!(
+        wait_for(LONG, || read(path).trim().parse::<i32>().is_ok()),
+        "no pid in {path:?}"
+    );
+    read(path).trim().parse().unwrap()
+}
+
+/// Case 1: the guardian's stderr is a pipe whose reader has exited. It must still kill
+/// the group and release (the old guardian panicked writing its message, and the lock
+/// waited for 2 × TTL plus the 60 s lock-delay).
+#[test]
+fn guardian_releases_when_its_stderr_is_gone() {
+    let server = start_server();
+    let dir = scratch("stderr-gone");
+    let (pidfile, started) = (dir.join("pid"), dir.join("started"));
+    let mut h = conlock(&server)
+        .args(["run", "--key", "stderr-gone", "--lock-delay", "60s"])
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 600", pidfile.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader exits: every later write to that stderr fails with EPIPE.
+    drop(h.stderr.take());
+    let child = read_pid(&pidfile);
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "stderr-gone", "--timeout", "90s", "--"])
+            .args(["sh", "-c"])
+            .arg(format!("date +%s%N > {}", started.display()))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2));
+    let killed = now_ns();
+    signal(h.id(), libc::SIGKILL);
+    wait_exit(&mut h, LONG);
+    assert!(
+        wait_for(LONG, || !process_alive(child)),
+        "the command survived conlock's SIGKILL"
+    );
+    assert!(wait_exit(&mut w.0, LONG).success());
+    let after = (read_ns(&started) - killed) / 1_000_000;
+    assert!(
+        after < 20_000,
+        "the next holder started {after} ms after the kill: the lock was not released"
+    );
+}
+
+/// Case 3: a PID 1 that never reaps (a PID namespace whose init is `sleep`). The killed
+/// command stays a zombie; it must count as dead, so that the guardian releases at once
+/// instead of leaving the session to expire.
+#[test]
+fn failover_when_pid_1_never_reaps() {
+    if let Err(why) = unshare_works() {
+        eprintln!("skipped failover_when_pid_1_never_reaps: {why}");
+        return;
+    }
+    let server = start_server();
+    let dir = scratch("no-reaper");
+    let (marker, go, killed, started) = (
+        dir.join("running"),
+        dir.join("go"),
+        dir.join("killed"),
+        dir.join("started"),
+    );
+    // Inside the namespace the command kills its own conlock, stamping the moment first.
+    let inner = format!(
+        "touch {m}; while [ ! -e {g} ]; do sleep 0.01; done; date +%s%N > {k}; kill -9 $PPID; exec sleep 600",
+        m = marker.display(),
+        g = go.display(),
+        k = killed.display()
+    );
+    let mut ns = Command::new("unshare");
+    ns.args([
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        "sh",
+        "-c",
+    ])
+    .arg(r#""$T_BIN" run --key no-reaper --lock-delay 60s -- sh -c "$T_INNER" & exec sleep 100000"#)
+    .env("T_BIN", BIN)
+    .env("T_INNER", inner)
+    .env("CONSUL_HTTP_ADDR", server.addr().to_string())
+    .stdin(Stdio::null());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CONLOCK_") || (k.starts_with("CONSUL_") && k != "CONSUL_HTTP_ADDR") {
+            ns.env_remove(k);
+        }
+    }
+    let _ns = KillOnDrop(ns.spawn().unwrap());
+    assert!(
+        wait_for(LONG, || marker.exists()),
+        "the holder never started"
+    );
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "no-reaper", "--timeout", "90s", "--"])
+            .args(["sh", "-c"])
+            .arg(format!("date +%s%N > {}", started.display()))
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2));
+    File::create(&go).unwrap();
+    assert!(wait_exit(&mut w.0, Duration::from_secs(120)).success());
+    let ms = (read_ns(&started) as f64 - read_ns(&killed) as f64) / 1e6;
+    eprintln!("failover after kill -9 with a PID 1 that never reaps: {ms:.1} ms");
+    assert!(
+        ms < 10_000.0,
+        "the next holder started {ms:.0} ms after the kill (zombies taken for alive?)"
+    );
+}
+
+fn unshare_works() -> Result<(), String> {
+    let st = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run unshare: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "unshare --pid --fork --mount-proc failed ({st}); needs root or user namespaces"
+        ))
+    }
+}
+
+/// Case 4: conlock reported the group gone, then died during a slow release, after the
+/// command's PID was reused as a process group ID. The guardian must not signal it.
+#[test]
+fn guardian_never_signals_a_group_reported_gone() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped guardian_never_signals_a_group_reported_gone: forcing a PID needs root (ns_last_pid)");
+        return;
+    }
+    let server = start_server();
+    let dir = scratch("reuse");
+    let (pidfile, done) = (dir.join("pid"), dir.join("done"));
+    // A long TTL: no renewal comes while the release hangs.
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "reuse", "--ttl", "300s", "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {}; while [ ! -e {} ]; do sleep 0.01; done",
+                pidfile.display(),
+                done.display()
+            ))
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    // Let the monitor settle in its blocking query, then make every request hang.
+    let mut last = (u64::MAX, Instant::now());
+    assert!(wait_for(LONG, || {
+        let n = server.request_count();
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+        last.1.elapsed() >= Duration::from_millis(500)
+    }));
+    server.fault(FaultMode::Hang, Duration::from_secs(600));
+    let before = server.request_count();
+    File::create(&done).unwrap();
+    // The release request arrives (and hangs) only after the group was reported gone.
+    assert!(wait_for(LONG, || !process_alive(child)
+        && server.request_count() > before));
+    let mut reused = force_pid(child).expect("could not create a process with the freed PID");
+    assert_eq!(unsafe { libc::getpgid(child) }, child);
+    // Reaped as soon as it dies, so that a kill shows as such (not as a zombie group).
+    let ended = std::thread::spawn(move || reused.wait().unwrap());
+    signal(h.0.id(), libc::SIGKILL);
+    wait_exit(&mut h.0, LONG);
+    server.clear_fault();
+    // The guardian gives the lock back; by then it would have signalled the group.
+    assert!(wait_sessions(&server, 0), "the guardian did not clean up");
+    assert!(
+        !ended.is_finished(),
+        "the guardian killed an unrelated process group that reused the command's PID"
+    );
+    signal(child as u32, libc::SIGKILL);
+    ended.join().unwrap();
+}
+
+/// A process (in its own group) whose PID is `pid`, made by setting ns_last_pid.
+fn force_pid(pid: i32) -> Option<std::process::Child> {
+    for _ in 0..500 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
+        let c = Command::new("sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        if c.id() as i32 == pid {
+            return Some(c);
+        }
+        drop(KillOnDrop(c));
+    }
+    None
+}
+
+/// A setuid-root helper that also sets its real UID to root (like sudo), so that
+/// conlock running as `nobody` gets EPERM signalling it. It logs `S helper <ns>` when
+/// running and `E helper <ns>` when `stop` appears, then exits.
+const HELPER_C: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static void stamp(const char *log, const char *what) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    FILE *f = fopen(log, "a");
+    if (!f) return;
+    fprintf(f, "%s helper %lld%09ld\n", what, (long long)ts.tv_sec, ts.tv_nsec);
+    fclose(f);
+}
+int main(int argc, char **argv) {
+    if (setuid(0) != 0) return 3;
+    if (argc == 2 && strcmp(argv[1], "check") == 0) return getuid() == 0 ? 0 : 4;
+    if (argc != 3) return 2;
+    stamp(argv[1], "S");
+    while (access(argv[2], F_OK) != 0) usleep(10000);
+    stamp(argv[1], "E");
+    return 0;
+}
+"#;
+
+/// Builds the helper in `dir` (made writable for `nobody`), or says why it cannot be used.
+fn setuid_helper(dir: &Path) -> Result<PathBuf, String> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root, to run conlock as nobody beside a setuid-root program".into());
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let src = dir.join("helper.c");
+    let bin = dir.join("helper");
+    std::fs::write(&src, HELPER_C).unwrap();
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .map_err(|e| format!("no C compiler: {e}"))?;
+    if !cc.success() {
+        return Err(format!("cc failed: {cc}"));
+    }
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let check = Command::new(&bin)
+        .arg("check")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .status()
+        .map_err(|e| format!("cannot run the helper as nobody: {e}"))?;
+    if !check.success() {
+        return Err(format!(
+            "the setuid bit has no effect here (nosuid mount or no_new_privs): {check}"
+        ));
+    }
+    let runs = Command::new(BIN)
+        .arg("--version")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("nobody cannot run {BIN}: {e}"))?;
+    if !runs.success() {
+        return Err(format!("nobody cannot run {BIN}: {runs}"));
+    }
+    Ok(bin)
+}
+
+/// Lets a helper go when the test ends, whatever happened.
+struct Stop(PathBuf);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = File::create(&self.0);
+    }
+}
+
+/// Watches for longer than 2 × TTL (when the server drops a session nobody renews) that
+/// `sid` keeps the key and that no other job logged a start.
+fn assert_lock_kept(server: &conlock::devserver::DevServer, key: &str, sid: &str, log: &Path) {
+    let c = client(server);
+    let until = Instant::now() + Duration::from_secs(24);
+    while Instant::now() < until {
+        assert_eq!(
+            holder(&c, key).as_deref(),
+            Some(sid),
+            "the lock left the session while the survivor ran"
+        );
+        assert!(
+            !read(log)
+                .lines()
+                .any(|l| l.starts_with("S ") && !l.contains("helper")),
+            "the next holder started while the survivor ran"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn assert_no_overlap(log: &Path) {
+    let text = read(log);
+    let iv = intervals(&text);
+    assert_eq!(iv.len(), 2, "log:\n{text}");
+    assert_eq!(max_overlap(&iv), 1, "overlap:\n{text}");
+}
+
+/// Cases 2 and 5 (guardian side): the command is a setuid program the guardian may not
+/// signal (EPERM). The guardian must count it as alive and keep the session (renewing)
+/// until it ends, then release; the old one released at once.
+#[test]
+fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
+    let dir = scratch("eperm-guardian");
+    let helper = match setuid_helper(&dir) {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("skipped guardian_keeps_the_lock_while_a_setuid_survivor_runs: {why}");
+            return;
+        }
+    };
+    let server = start_server();
+    let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
+    let _stop = Stop(stop.clone());
+    let key = "eperm-guardian";
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
+            .args(["--kill-grace", "1s", "--", "sh", "-c"])
+            .arg(format!(
+                "exec {} {} {}",
+                helper.display(),
+                log.display(),
+                stop.display()
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("S helper")));
+    let sid = holder(&client(&server), key).unwrap();
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", key, "--timeout", "120s", "--", "sh", "-c"])
+            .arg(logged_job(&log, "true"))
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2));
+    signal(h.0.id(), libc::SIGKILL);
+    wait_exit(&mut h.0, LONG);
+    assert_lock_kept(&server, key, &sid, &log);
+    assert!(
+        read(&errors).contains("survive SIGKILL"),
+        "the guardian did not say why it keeps the lock: {}",
+        read(&errors)
+    );
+    File::create(&stop).unwrap();
+    assert!(wait_exit(&mut w.0, LONG).success());
+    assert_no_overlap(&log);
+}
+
+/// Case 5 (conlock side): the command exits and leaves a setuid survivor in its group.
+/// conlock must keep the session (renewing) until the survivor ends, then release and
+/// exit with the command's code; the old one stopped renewing and exited at once.
+#[test]
+fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
+    let dir = scratch("eperm-conlock");
+    let helper = match setuid_helper(&dir) {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("skipped conlock_keeps_the_lock_while_a_setuid_survivor_runs: {why}");
+            return;
+        }
+    };
+    let server = start_server();
+    let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
+    let _stop = Stop(stop.clone());
+    let key = "eperm-conlock";
+    // The helper is left behind in the group once it runs as root; then the shell exits.
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
+            .args(["--kill-grace", "1s", "--", "sh", "-c"])
+            .arg(format!(
+                "{} {l} {} & while ! grep -q 'S helper' {l}; do sleep 0.01; done; exit 0",
+                helper.display(),
+                stop.display(),
+                l = log.display(),
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("S helper")));
+    let sid = holder(&client(&server), key).unwrap();
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", key, "--timeout", "120s", "--", "sh", "-c"])
+            .arg(logged_job(&log, "true"))
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2));
+    assert!(
+        wait_for(LONG, || read(&errors).contains("survive SIGKILL")),
+        "conlock did not report the survivor: {}",
+        read(&errors)
+    );
+    assert_lock_kept(&server, key, &sid, &log);
+    assert!(
+        h.0.try_wait().unwrap().is_none(),
+        "conlock exited while the survivor ran"
+    );
+    File::create(&stop).unwrap();
+    assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(0));
+    assert!(wait_exit(&mut w.0, LONG).success());
+    assert_no_overlap(&log);
+}
+
+/// Case 6: conlock is stopped (SIGSTOP) while its command runs and no renewal can get
+/// through. The guardian SIGKILLs the group by the deadline conlock last sent it.
+#[test]
+fn guardian_kills_the_group_of_a_stopped_conlock_by_its_deadline() {
+    let server = start_server();
+    let dir = scratch("watchdog");
+    let (pidfile, tick, errors) = (dir.join("pid"), dir.join("tick"), dir.join("stderr"));
+    let (ttl, lock_delay, grace) = (10, 5, 1);
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "watchdog", "--ttl", &format!("{ttl}s")])
+            .args(["--lock-delay", &format!("{lock_delay}s")])
+            .args(["--kill-grace", &format!("{grace}s"), "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {p}; while :; do date +%s%N > {t}.new; mv {t}.new {t}; sleep 0.05; done",
+                p = pidfile.display(),
+                t = tick.display()
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    read_ns(&tick);
+    let stopped = now_ns();
+    signal(h.0.id(), libc::SIGSTOP);
+    server.fault(FaultMode::Error, Duration::from_secs(600));
+    assert!(
+        wait_for(Duration::from_secs(90), || !process_alive(child)),
+        "the command of a stopped conlock was never killed"
+    );
+    // The last confirmation came before the stop; the command must be dead within the
+    // TTL (or lock-delay) plus the grace after it. One more second for a busy machine.
+    let bound = stopped + Duration::from_secs(ttl.max(lock_delay) + grace + 1).as_nanos();
+    let last = read_ns(&tick);
+    assert!(
+        last <= bound,
+        "the command still ran {} ms past its deadline",
+        (last - bound) / 1_000_000
+    );
+    assert!(
+        wait_for(LONG, || read(&errors).contains("stopped or stuck")),
+        "the guardian did not say why it killed the group: {}",
+        read(&errors)
+    );
+    server.clear_fault();
+    signal(h.0.id(), libc::SIGCONT);
+    let code = wait_exit(&mut h.0, LONG).code();
+    assert!(
+        code == Some(124) || code == Some(137),
+        "conlock exited with {code:?}"
+    );
+}
