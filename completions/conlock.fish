@@ -53,7 +53,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l behavior -d 'Ses
 delete\t''"
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
@@ -86,7 +86,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'N
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l prefix -d 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, RunArgs};
+use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{Client, ConnConfig, ConnFlags};
 use crate::error::{Error, Result};
 use crate::holder::{self, HoldSpec, HolderValue, MonitorPolicy};
@@ -128,6 +129,19 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         .map_err(|e| Error::Usage(format!("--kill-signal: {e}")))?;
     let program = supervise::resolve(&hold.command, hold.shell)?;
     let host = hostname();
+    // Consul applies at most 60 s of lock-delay: promising more would be a lie that
+    // the kill-grace check below would then rely on.
+    let lock_delay = if hold.lock_delay > CONSUL_MAX_LOCK_DELAY {
+        ui::warn(format_args!(
+            "--lock-delay {} is more than Consul applies (it caps lock-delays at {}); using {}",
+            crate::duration::format(hold.lock_delay),
+            crate::duration::format(CONSUL_MAX_LOCK_DELAY),
+            crate::duration::format(CONSUL_MAX_LOCK_DELAY)
+        ));
+        CONSUL_MAX_LOCK_DELAY
+    } else {
+        hold.lock_delay
+    };
     let value = match (&hold.value, &hold.value_file) {
         (Some(v), _) => HolderValue::Given(v.clone().into_bytes()),
         (None, Some(path)) => HolderValue::Given(
@@ -142,7 +156,7 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         (None, None) => HolderValue::Default {
             host: host.clone(),
             command: truncate(&program.display, MAX_COMMAND_CHARS),
-            lock_delay: crate::duration::format(hold.lock_delay),
+            lock_delay: crate::duration::format(lock_delay),
         },
     };
     let size = value.bytes().len();
@@ -150,13 +164,6 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         return Err(Error::Usage(format!(
             "the value is {size} bytes; Consul's limit is {MAX_VALUE_BYTES} bytes (512 KiB)"
         )));
-    }
-    if hold.kill_grace >= hold.lock_delay {
-        ui::warn(format_args!(
-            "--kill-grace {} is not shorter than --lock-delay {}: if the session expires, a new holder may start before this command is killed",
-            crate::duration::format(hold.kill_grace),
-            crate::duration::format(hold.lock_delay)
-        ));
     }
     let checks = if hold.no_checks {
         Some(Vec::new())
@@ -171,10 +178,12 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             .clone()
             .unwrap_or_else(|| format!("conlock: {} on {host}", truncate(&program.display, 200))),
         ttl: hold.ttl,
-        lock_delay: hold.lock_delay,
+        lock_delay,
         behavior,
         checks,
+        kill_grace: hold.kill_grace,
     };
+    session.check_timing().map_err(Error::Usage)?;
     let client = client(conn)?;
     let events = match &hold.events {
         Some(spec) => Some(crate::events::Sink::open(spec).map_err(Error::Usage)?),

@@ -202,7 +202,9 @@ pub struct HoldArgs {
     /// Session TTL, 10s to 24h; renewed every TTL/2
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
-    /// Lock-delay Consul enforces after the session is invalidated
+    /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
+    /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
+    /// --kill-grace by a margin: see docs/safety.md
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]

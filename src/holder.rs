@@ -82,6 +82,8 @@ pub struct Held {
     pub lock_index: u64,
     /// The key's ModifyIndex right after the acquisition: the fencing token.
     pub modify_index: u64,
+    /// When the consistent read that showed us holding was sent: the first confirmation.
+    pub confirmed_at: Instant,
 }
 
 /// A lock or a semaphore slot.
@@ -106,6 +108,13 @@ pub trait Claim: Send + Sync + 'static {
         events: Sender<Event>,
         stop: Arc<AtomicBool>,
     );
+    /// One consistent read that proves the claim is still ours (`Ok(None)`), or says why
+    /// it is not (`Ok(Some(reason))`). Repeated while holding; see `Session::deadline`.
+    fn confirm(
+        &self,
+        client: &Client,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, ConsulError>;
     /// Gives the claim back and removes what is no longer needed. Best effort.
     fn release(&self, client: &Client, session_id: &str);
     /// Whether the session must be renewed while waiting (a semaphore's contender key
@@ -181,8 +190,10 @@ fn hold_guarded(
     let held = match acquired {
         Ok(Some(h)) => h,
         Ok(None) => {
+            // Say why: held by whom, or free but in a lock-delay.
+            let why = wait.last().map(|w| format!(" ({w})")).unwrap_or_default();
             ui::notice(format_args!(
-                "{} is busy; gave up waiting (exit {})",
+                "{} is busy{why}; gave up waiting (exit {})",
                 claim.describe(),
                 spec.busy_exit_code
             ));
@@ -212,6 +223,13 @@ fn hold_guarded(
                 claim.describe()
             )));
         }
+    }
+    {
+        let claim = claim.clone();
+        session.start_confirming(
+            held.confirmed_at,
+            Box::new(move |client, sid| claim.confirm(client, sid)),
+        );
     }
     ui::verbose(format_args!(
         "acquired {} (LockIndex {}, fencing token {})",
@@ -266,10 +284,11 @@ fn hold_guarded(
 
     if let Some(g) = guardian {
         // conlock SIGKILLs the group `--kill-grace` after the deadline at the latest; if it
-        // is stopped or stuck by then, the guardian does.
-        let (g, grace) = (g.clone(), spec.stop.grace);
+        // is stopped or stuck by then, the guardian does, half a margin later (so that a
+        // healthy conlock is first), still half a margin before anyone else can hold it.
+        let (g, late) = (g.clone(), spec.stop.grace + spec.session.margin() / 2);
         session.on_confirmed(Box::new(move |deadline| {
-            g.deadline(BootInstant::from_instant(deadline) + grace)
+            g.deadline(BootInstant::from_instant(deadline) + late)
         }));
     }
     let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
@@ -321,7 +340,7 @@ fn hold_guarded(
             "processes of group {pgid} survive SIGKILL (or may not be signalled); keeping {} (session {session_id}) until they are gone, so that no other holder starts beside them",
             claim.describe()
         ));
-        if let Some(reason) = wait_survivors(&session, pgid.as_raw()) {
+        if let Some(reason) = wait_survivors(&session, &child) {
             ui::error(format_args!(
                 "{reason}: {} may pass to another holder while processes of group {pgid} still run",
                 claim.describe()
@@ -484,11 +503,11 @@ fn min_hold(
     }
 }
 
-/// Waits while processes of group `pgid` survive, the session renewing meanwhile.
-/// `Some(reason)` if the session is lost first.
-fn wait_survivors(session: &Session, pgid: i32) -> Option<String> {
+/// Waits while processes of the command survive (in its group, or escaped from it), the
+/// session renewing meanwhile. `Some(reason)` if the session is lost first.
+fn wait_survivors(session: &Session, child: &Child) -> Option<String> {
     loop {
-        if crate::pgroup::gone(pgid) {
+        if !child.alive() {
             return None;
         }
         if let Some(reason) = session.lost() {
@@ -593,6 +612,11 @@ impl WaitDisplay {
         d
     }
 
+    /// What the wait was about last ("held by …", "free, in lock-delay until about …").
+    pub fn last(&self) -> Option<String> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// How long the wait has lasted.
     pub fn waited(&self) -> Duration {
         self.started.elapsed()
@@ -691,8 +715,11 @@ pub fn is_invalid_session(e: &ConsulError) -> bool {
     }
 }
 
-/// Follows one key with blocking queries until `lost` says why it is lost (sent as
-/// `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry policy.
+/// Follows one key with consistent blocking queries until `lost` says why it is lost
+/// (sent as `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry
+/// policy. After a failed read it starts again from index 0, as Consul's client does: a
+/// proxy that cuts idle connections costs one retry, not the claim, and a server that
+/// lost its state answers at once instead of blocking on an index it never reached.
 pub fn watch_key(
     client: &Client,
     key: &str,
@@ -706,9 +733,9 @@ pub fn watch_key(
     let mut failures = 0u32;
     while !stop.load(Ordering::SeqCst) {
         let q = if index == 0 {
-            QueryOptions::default()
+            QueryOptions::consistent()
         } else {
-            QueryOptions::blocking(index, WATCH_WAIT)
+            QueryOptions::blocking(index, WATCH_WAIT).and_consistent()
         };
         let reason = match client.kv_get(key, q) {
             Ok((pair, meta)) => {
@@ -718,6 +745,7 @@ pub fn watch_key(
             }
             Err(e) => {
                 failures += 1;
+                index = 0;
                 if failures > policy.retries {
                     Some(format!("cannot read {key} after {failures} tries: {e}"))
                 } else {

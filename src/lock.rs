@@ -6,7 +6,9 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, LOCK_FLAGS};
+use crate::consul::{
+    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, LOCK_FLAGS,
+};
 use crate::error::{Error, Result};
 use crate::guardian::ClaimInfo;
 use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
@@ -46,18 +48,43 @@ impl Lock {
 
     /// Reads the key back after acquiring. Also records where we hold it, so that a job
     /// that ends before the monitor's first answer still releases with one request.
-    fn read_held(&self, client: &Client, session_id: &str) -> Result<Option<Held>> {
-        let (pair, _) = client.kv_get(&self.key, QueryOptions::default())?;
+    /// The read is consistent: it is the first confirmation (see `Session::deadline`).
+    fn read_held(
+        &self,
+        client: &Client,
+        session_id: &str,
+    ) -> std::result::Result<Option<Held>, ConsulError> {
+        let sent = Instant::now();
+        let (pair, _) = client.kv_get(&self.key, QueryOptions::consistent())?;
         let held = pair
             .filter(|p| p.holder() == Some(session_id))
             .map(|p| Held {
                 lock_index: p.lock_index,
                 modify_index: p.modify_index,
+                confirmed_at: sent,
             });
         if let Some(h) = &held {
             self.held_at.store(h.modify_index, Ordering::SeqCst);
         }
         Ok(held)
+    }
+}
+
+impl Lock {
+    /// Why a read of the key means the lock is no longer ours (`None`: it still is; then
+    /// remembers where we hold it).
+    fn lost_because(&self, pair: Option<&KvPair>, session_id: &str) -> Option<String> {
+        match pair {
+            None => Some("the lock key was deleted".to_string()),
+            Some(p) if p.holder() == Some(session_id) => {
+                self.held_at.store(p.modify_index, Ordering::SeqCst);
+                None
+            }
+            Some(p) => Some(match p.holder() {
+                Some(other) => format!("the lock is now held by session {other}"),
+                None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
+            }),
+        }
     }
 }
 
@@ -111,12 +138,25 @@ impl Claim for Lock {
                 if let Some(h) = p.holder() {
                     if h == session_id {
                         // An earlier acquire went through though we did not see its answer.
-                        return self.read_held(client, &session_id);
+                        match self.read_held(client, &session_id) {
+                            Ok(Some(h)) => return Ok(Some(h)),
+                            Ok(None) => {}
+                            Err(e) if e.is_retryable() => {
+                                if !holder::pause_after_failure(&e, deadline) {
+                                    return Ok(None);
+                                }
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                        index = 0;
+                        continue;
                     }
                     if delay.is_new_holder(h) {
-                        // One session lookup per holder: for the message, and for its
-                        // lock-delay, which can only be read while it holds.
-                        let info = crate::ops::holder(client, p, h);
+                        // Once per holder: who it is, for the message, and its lock-delay,
+                        // which can only be read while it holds. conlock's own value says
+                        // both; only another tool's holder costs a session lookup.
+                        let info = crate::ops::holder_from_value(p, h)
+                            .unwrap_or_else(|| crate::ops::holder(client, p, h));
                         delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
                         wait.held_by(info.describe(), h);
                     }
@@ -134,10 +174,16 @@ impl Claim for Lock {
             };
             match client.kv_put(&self.key, &self.value.bytes(), put) {
                 Ok(true) => {
-                    if let Some(h) = self.read_held(client, &session_id)? {
-                        return Ok(Some(h));
+                    match self.read_held(client, &session_id) {
+                        Ok(Some(h)) => return Ok(Some(h)),
+                        // Lost again between the write and the read (destroyed or broken).
+                        Ok(None) => {}
+                        // The next read shows whether we hold it.
+                        Err(e) if e.is_retryable() => {
+                            ui::notice(format_args!("{e}; reading {} again", self.key));
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    // Lost again between the write and the read (destroyed or broken); start over.
                     index = 0;
                 }
                 Ok(false) => {
@@ -203,20 +249,17 @@ impl Claim for Lock {
             policy,
             &events,
             &stop,
-            |pair| {
-                match pair {
-            None => Some("the lock key was deleted".to_string()),
-            Some(p) if p.holder() == Some(session_id.as_str()) => {
-                self.held_at.store(p.modify_index, Ordering::SeqCst);
-                None
-            }
-            Some(p) => Some(match p.holder() {
-                Some(other) => format!("the lock is now held by session {other}"),
-                None => "the lock was released (session invalidated or destroyed, or released by an operator)".to_string(),
-            }),
-        }
-            },
+            |pair| self.lost_because(pair, &session_id),
         );
+    }
+
+    fn confirm(
+        &self,
+        client: &Client,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, ConsulError> {
+        let (pair, _) = client.kv_get(&self.key, QueryOptions::consistent())?;
+        Ok(self.lost_because(pair.as_ref(), session_id))
     }
 
     fn release(&self, client: &Client, session_id: &str) {

@@ -6,8 +6,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-/// Consul caps a session's lock-delay at 60 s when it applies it.
-pub const CONSUL_MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+use crate::consul::CONSUL_MAX_LOCK_DELAY;
 /// Refused again after the computed end (clock steps, a key freed earlier than seen):
 /// short, bounded retries.
 const AFTER_END_FIRST: Duration = Duration::from_millis(10);

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::cli::{ConnArgs, SemArgs};
-use crate::consul::{next_index, Client, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS};
+use crate::consul::CONSUL_MAX_LOCK_DELAY;
+use crate::consul::{
+    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS,
+};
 use crate::error::{Error, Result};
 use crate::guardian::ClaimInfo;
 use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
@@ -48,7 +51,14 @@ pub struct Semaphore {
 pub struct LockState {
     pub limit: u32,
     pub holders: BTreeMap<String, bool>,
+    /// Each conlock holder's lock-delay in ms: the cushion conlock waiters give it once
+    /// its contender key is gone. `consul lock` ignores the field (and drops it when it
+    /// rewrites `.lock`; a holder without an entry gets Consul's 60 s cap).
+    pub delays: BTreeMap<String, u64>,
 }
+
+/// The `.lock` field that carries `LockState::delays`.
+pub const DELAYS_FIELD: &str = "ConlockLockDelayMs";
 
 #[derive(Deserialize)]
 struct RawLock {
@@ -56,6 +66,8 @@ struct RawLock {
     limit: u32,
     #[serde(rename = "Holders", default)]
     holders: Option<RawHolders>,
+    #[serde(rename = "ConlockLockDelayMs", default)]
+    delays: Option<BTreeMap<String, u64>>,
 }
 
 /// Consul's api writes a map; the Consul tutorial shows a list.
@@ -81,13 +93,31 @@ impl LockState {
             Some(RawHolders::Map(m)) => m.into_iter().filter(|(_, held)| *held).collect(),
             Some(RawHolders::List(l)) => l.into_iter().map(|s| (s, true)).collect(),
         };
+        let mut delays = raw.delays.unwrap_or_default();
+        delays.retain(|s, _| holders.contains_key(s));
         Ok(Some(LockState {
             limit: raw.limit,
             holders,
+            delays,
         }))
     }
 
-    /// Same field order as Consul's api: `{"Limit":N,"Holders":{...}}`.
+    /// The cushion a vanished holder gets: its recorded lock-delay, else Consul's cap.
+    pub fn cushion(&self, session: &str) -> Duration {
+        self.delays
+            .get(session)
+            .map_or(CONSUL_MAX_LOCK_DELAY, |&ms| Duration::from_millis(ms))
+            .min(CONSUL_MAX_LOCK_DELAY)
+    }
+
+    /// Removes a holder and its cushion entry.
+    pub fn remove(&mut self, session: &str) {
+        self.holders.remove(session);
+        self.delays.remove(session);
+    }
+
+    /// Same field order as Consul's api: `{"Limit":N,"Holders":{...}}`, then the
+    /// cushions when there are any.
     pub fn encode(&self) -> Vec<u8> {
         #[derive(serde::Serialize)]
         struct Wire<'a> {
@@ -95,10 +125,16 @@ impl LockState {
             limit: u32,
             #[serde(rename = "Holders")]
             holders: &'a BTreeMap<String, bool>,
+            #[serde(
+                rename = "ConlockLockDelayMs",
+                skip_serializing_if = "BTreeMap::is_empty"
+            )]
+            delays: &'a BTreeMap<String, u64>,
         }
         serde_json::to_vec(&Wire {
             limit: self.limit,
             holders: &self.holders,
+            delays: &self.delays,
         })
         .expect("json")
     }
@@ -107,9 +143,49 @@ impl LockState {
 /// One read of the whole prefix.
 struct View {
     lock: Option<KvPair>,
+    /// `.lock` as stored (vanished holders included).
     state: LockState,
     /// Contender keys whose session is alive: session -> (CreateIndex, ModifyIndex).
     contenders: BTreeMap<String, (u64, u64)>,
+}
+
+impl View {
+    /// Holders listed in `.lock` whose contender key is gone (session ended).
+    fn vanished(&self) -> Vec<String> {
+        self.state
+            .holders
+            .keys()
+            .filter(|s| !self.contenders.contains_key(*s))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A waiter's memory of vanished holders. Such a holder's command may still run until
+/// its own deadline, which is at most its cushion after the last moment it confirmed
+/// its key, so its slot is taken back only a cushion after the waiter first saw the key
+/// gone (which is after the key went, which is after that confirmation).
+#[derive(Default)]
+pub struct Cushions {
+    first_seen: std::collections::HashMap<String, Instant>,
+}
+
+impl Cushions {
+    /// Drops from `state` the vanished holders whose cushion has passed. Returns when
+    /// the next cushion ends, if one is still running.
+    fn prune(&mut self, view: &View, state: &mut LockState) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for s in view.vanished() {
+            let ends = *self.first_seen.entry(s.clone()).or_insert(now) + view.state.cushion(&s);
+            if now >= ends {
+                state.remove(&s);
+            } else {
+                next = Some(next.map_or(ends, |n: Instant| n.min(ends)));
+            }
+        }
+        next
+    }
 }
 
 impl Semaphore {
@@ -153,9 +229,10 @@ impl Semaphore {
             }
             None => None,
         };
-        let mut state = state.unwrap_or(LockState {
+        let state = state.unwrap_or(LockState {
             limit: self.limit,
             holders: BTreeMap::new(),
+            delays: BTreeMap::new(),
         });
         if check_limit && state.limit != self.limit {
             return Err(Error::Conflict(format!(
@@ -163,8 +240,6 @@ impl Semaphore {
                 state.limit, self.limit
             )));
         }
-        // Holders whose contender key is gone are dead: their slot is free.
-        state.holders.retain(|s, _| contenders.contains_key(s));
         Ok(View {
             lock,
             state,
@@ -173,14 +248,19 @@ impl Semaphore {
     }
 
     /// Writes `.lock` by CAS against what we read; false when someone else wrote first.
-    fn write_lock(&self, client: &Client, view: &View, state: &LockState) -> Result<bool> {
+    fn write_lock(
+        &self,
+        client: &Client,
+        view: &View,
+        state: &LockState,
+    ) -> std::result::Result<bool, ConsulError> {
         let cas = view.lock.as_ref().map_or(0, |p| p.modify_index);
         let put = PutOptions {
             flags: SEMAPHORE_FLAGS,
             cas: Some(cas),
             ..Default::default()
         };
-        Ok(client.kv_put(&self.lock_key(), &state.encode(), put)?)
+        client.kv_put(&self.lock_key(), &state.encode(), put)
     }
 
     fn create_contender(&self, client: &Client, session: &Session) -> Result<()> {
@@ -191,17 +271,31 @@ impl Semaphore {
                 acquire: Some(&sid),
                 ..Default::default()
             };
-            match client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put) {
+            // Our own key with our own session: writing it again is harmless.
+            let key = self.contender_key(&sid);
+            match crate::consul::retry_transient("creating the contender key", || {
+                client.kv_put(&key, &self.value.bytes(), put)
+            }) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
                     return Err(Error::Conflict(format!(
-                        "cannot create contender key {:?}",
-                        self.contender_key(&sid)
+                        "cannot create contender key {key:?}"
                     )))
                 }
                 Err(e) if holder::is_invalid_session(&e) => session.recreate()?,
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// Why a read of our contender key means the slot is no longer ours.
+    fn contender_lost(&self, pair: Option<&KvPair>, session_id: &str) -> Option<String> {
+        match pair.and_then(|p| p.holder()) {
+            Some(h) if h == session_id => None,
+            _ => Some(format!(
+                "our contender key {} is gone (session {session_id} invalidated or destroyed)",
+                self.contender_key(session_id)
+            )),
         }
     }
 }
@@ -219,6 +313,8 @@ impl Claim for Semaphore {
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
         self.create_contender(client, session)?;
+        let my_delay = session.spec().lock_delay.as_millis() as u64;
+        let mut cushions = Cushions::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
@@ -230,13 +326,17 @@ impl Claim for Semaphore {
                 self.create_contender(client, session)?;
             }
             let sid = session.id();
-            let q = if index == 0 {
-                QueryOptions::default()
+            // Plain reads are consistent: the one that shows us holding is the first
+            // confirmation (see `Session::deadline`).
+            let consistent = index == 0;
+            let q = if consistent {
+                QueryOptions::consistent()
             } else {
                 let left =
                     deadline.map_or(wait_for, |d| d.saturating_duration_since(Instant::now()));
                 QueryOptions::blocking(index, wait_for.min(left))
             };
+            let sent = Instant::now();
             let (pairs, meta) = match client.kv_list(&self.prefix, q) {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
@@ -259,15 +359,22 @@ impl Claim for Semaphore {
                 index = 0;
                 continue;
             };
-            let free = (self.limit as usize).saturating_sub(view.state.holders.len());
             if view.state.holders.contains_key(&sid) {
+                if !consistent {
+                    index = 0;
+                    continue;
+                }
                 // We are in (our CAS, and the touch of our key, went through). The fencing
                 // token is our own key's ModifyIndex: only we write it, so it is unique.
                 return Ok(Some(Held {
                     lock_index: 1,
                     modify_index: my_modified,
+                    confirmed_at: sent,
                 }));
             }
+            let mut state = view.state.clone();
+            let cushion_ends = cushions.prune(&view, &mut state);
+            let free = (self.limit as usize).saturating_sub(state.holders.len());
             // First come, first served: only the oldest `free` waiters write, so a freed
             // slot does not make every waiter rewrite `.lock` at once.
             let ahead: Vec<(&String, u64, u64)> = {
@@ -285,35 +392,51 @@ impl Claim for Semaphore {
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
             let my_turn = rank < free || timed_out || holder::deadline_passed(deadline);
             if free > 0 && my_turn {
-                let mut state = view.state.clone();
                 state.holders.insert(sid.clone(), true);
-                if self.write_lock(client, &view, &state)? {
-                    // Touch our key: that wakes the waiter behind us, and it fails if our
-                    // session died meanwhile (then the slot we wrote is pruned by others).
-                    let put = PutOptions {
-                        flags: SEMAPHORE_FLAGS,
-                        acquire: Some(&sid),
-                        ..Default::default()
-                    };
-                    if let Err(e) =
-                        client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put)
-                    {
-                        ui::verbose(format_args!("after taking a slot: {e}; checking again"));
+                state.delays.insert(sid.clone(), my_delay);
+                match self.write_lock(client, &view, &state) {
+                    Ok(true) => {
+                        // Touch our key: that wakes the waiter behind us, and it fails if
+                        // our session died meanwhile (then the slot we wrote is pruned
+                        // by others after our cushion).
+                        let put = PutOptions {
+                            flags: SEMAPHORE_FLAGS,
+                            acquire: Some(&sid),
+                            ..Default::default()
+                        };
+                        if let Err(e) =
+                            client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put)
+                        {
+                            ui::verbose(format_args!("after taking a slot: {e}; checking again"));
+                        }
                     }
-                    // The next read confirms the slot (and gives the token) or starts over.
-                    index = 0;
-                    wait_for = WATCH_WAIT;
-                    continue;
+                    // Lost a CAS race: read again at once.
+                    Ok(false) => {}
+                    // Ambiguous: the next (consistent) read shows whether we are in.
+                    Err(e) if e.is_retryable() => {
+                        if !holder::pause_after_failure(&e, deadline) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                // Lost a CAS race: read again at once.
                 index = 0;
                 wait_for = WATCH_WAIT;
                 continue;
             }
             // Only now is this a wait (and worth a line or an event).
+            let vanished = match cushion_ends {
+                Some(t) => format!(
+                    ", a vanished holder's slot frees at about {}",
+                    ui::clock_time(
+                        std::time::SystemTime::now() + t.saturating_duration_since(Instant::now())
+                    )
+                ),
+                None => String::new(),
+            };
             wait.holder(Some(format!(
-                "{} of {} slots, {rank} ahead in line",
-                view.state.holders.len(),
+                "{} of {} slots, {rank} ahead in line{vanished}",
+                state.holders.len(),
                 self.limit
             )));
             if holder::deadline_passed(deadline) {
@@ -341,6 +464,13 @@ impl Claim for Semaphore {
             } else {
                 WATCH_WAIT
             };
+            // Nothing changes on the server when a cushion ends: wake up for it.
+            if let Some(t) = cushion_ends {
+                wait_for = wait_for.min(
+                    t.saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1)),
+                );
+            }
         }
     }
 
@@ -356,19 +486,20 @@ impl Claim for Semaphore {
         // Two narrow watches instead of the whole prefix, so other contenders coming
         // and going do not wake holders.
         let my_key = self.contender_key(&session_id);
-        let (c2, s2, e2, stop2, sid2) = (
+        let me = Semaphore {
+            prefix: self.prefix.clone(),
+            limit: self.limit,
+            value: HolderValue::Given(Vec::new()),
+        };
+        let (c2, s2, e2, stop2) = (
             client.clone(),
             session_id.clone(),
             events.clone(),
             stop.clone(),
-            session_id.clone(),
         );
         std::thread::spawn(move || {
             holder::watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
-                match pair.and_then(|p| p.holder().map(str::to_string)) {
-                    Some(h) if h == s2 => None,
-                    _ => Some(format!("our contender key {my_key} is gone (session {sid2} invalidated or destroyed)")),
-                }
+                me.contender_lost(pair, &s2)
             });
         });
         let lock_key = self.lock_key();
@@ -389,13 +520,25 @@ impl Claim for Semaphore {
         );
     }
 
+    fn confirm(
+        &self,
+        client: &Client,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, ConsulError> {
+        let (pair, _) =
+            client.kv_get(&self.contender_key(session_id), QueryOptions::consistent())?;
+        Ok(self.contender_lost(pair.as_ref(), session_id))
+    }
+
+    /// Removes only us: a vanished holder stays listed until a waiter's cushion for it
+    /// has passed (its command may still run).
     fn release(&self, client: &Client, session_id: &str) {
         let lock_key = self.lock_key();
         // Our key goes first (our process group is gone already): holders leaving at the
         // same time then see each other gone, and the last one out removes `.lock`.
         let _ = client.kv_delete(&self.contender_key(session_id), None, false);
-        // Remove ourselves (and holders already dead) by CAS; the last one out deletes
-        // `.lock`, also by CAS, so a newcomer that just joined keeps it.
+        // Remove ourselves by CAS; the last one out deletes `.lock`, also by CAS, so a
+        // newcomer that just joined keeps it.
         for _ in 0..100 {
             let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) else {
                 break;
@@ -406,14 +549,13 @@ impl Claim for Semaphore {
             let Some(lock) = view.lock.as_ref() else {
                 break;
             };
-            // Our own contender key still counts as alive in the view; drop us explicitly.
+            // Our own contender key may still count as alive in the view; drop us explicitly.
             view.contenders.remove(session_id);
-            let mut state = view.state.clone();
-            state.holders.remove(session_id);
-            let unchanged = state == view.state && lock.value_bytes() == state.encode().as_slice();
-            if unchanged {
+            if !view.state.holders.contains_key(session_id) {
                 break;
             }
+            let mut state = view.state.clone();
+            state.remove(session_id);
             let done = if state.holders.is_empty() && view.contenders.is_empty() {
                 client.kv_delete(&lock_key, Some(lock.modify_index), false)
             } else {
@@ -482,7 +624,21 @@ mod tests {
     fn encodes_like_consul_api() {
         let mut holders = BTreeMap::new();
         holders.insert("s1".to_string(), true);
-        let s = LockState { limit: 2, holders };
+        let mut s = LockState {
+            limit: 2,
+            holders,
+            delays: BTreeMap::new(),
+        };
         assert_eq!(s.encode(), br#"{"Limit":2,"Holders":{"s1":true}}"#.to_vec());
+        s.delays.insert("s1".into(), 15_000);
+        assert_eq!(
+            s.encode(),
+            br#"{"Limit":2,"Holders":{"s1":true},"ConlockLockDelayMs":{"s1":15000}}"#.to_vec()
+        );
+        let back = LockState::decode(&s.encode(), "k").unwrap().unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.cushion("s1"), Duration::from_secs(15));
+        // consul lock's holders have no entry: Consul's cap.
+        assert_eq!(back.cushion("other"), CONSUL_MAX_LOCK_DELAY);
     }
 }

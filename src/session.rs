@@ -1,9 +1,13 @@
-//! Session keeping: create a Consul session, renew it every TTL/2, and know until when
-//! it is guaranteed to be alive on the server.
+//! Session keeping: create a Consul session, renew it every TTL/2, confirm the claim with
+//! consistent reads while holding, and know until when the command may safely run.
 //!
-//! Consul never invalidates a session before its TTL has passed since the last renewal
-//! reached it. We count from the moment a renewal was *sent*, so `deadline()` is always
-//! earlier than the earliest moment the server could drop the session.
+//! Another contender can take the claim no earlier than the effective lock-delay after
+//! our session ends (the lock-delay Consul applies; the cushion conlock waiters keep for
+//! a semaphore slot), and the session cannot end before the last confirmation we sent
+//! (a consistent read showing us holding) nor, by TTL, before TTL after the last renewal
+//! we sent. So the command must be dead by
+//! `min(renewed + TTL, confirmed) + lock-delay - margin`; the stop signal goes out
+//! `--kill-grace` before that (`Session::deadline`). See docs/safety.md.
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
@@ -15,23 +19,65 @@ use crate::guardian::Guardian;
 use crate::supervise::Event;
 use crate::ui;
 
+/// The shortest time between the last confirmation and the stop signal that conlock
+/// accepts: three confirmations fit in it.
+pub const MIN_WINDOW: Duration = Duration::from_millis(600);
+
 #[derive(Debug, Clone)]
 pub struct SessionSpec {
     pub name: String,
     pub ttl: Duration,
+    /// The effective lock-delay (at most `CONSUL_MAX_LOCK_DELAY`); for a semaphore also
+    /// the cushion conlock waiters give a vanished holder.
     pub lock_delay: Duration,
     /// `release` or `delete`.
     pub behavior: &'static str,
     /// `None`: Consul's default (serfHealth). `Some(vec![])`: TTL only.
     pub checks: Option<Vec<String>>,
+    /// `--kill-grace`: from the stop signal to SIGKILL.
+    pub kill_grace: Duration,
 }
 
 impl SessionSpec {
-    /// Safety margin kept between our local deadline and the server-side TTL.
+    /// Kept between SIGKILL and the earliest moment another holder could start: clock
+    /// rate differences, the kernel delivering SIGKILL, our own wake-up latency.
     pub fn margin(&self) -> Duration {
-        (self.ttl / 10).clamp(Duration::from_millis(500), Duration::from_secs(5))
+        (self.lock_delay / 20).clamp(Duration::from_millis(200), Duration::from_secs(1))
+    }
+
+    /// How long the command may run after the last confirmation before it gets the stop
+    /// signal: lock-delay - kill-grace - margin.
+    pub fn window(&self) -> Duration {
+        self.lock_delay
+            .saturating_sub(self.kill_grace)
+            .saturating_sub(self.margin())
+    }
+
+    /// How often a holder confirms: three tries fit in the window.
+    pub fn confirm_every(&self) -> Duration {
+        (self.window() / 3)
+            .min(self.ttl / 2)
+            .max(Duration::from_millis(100))
+    }
+
+    /// Refuses timings that cannot keep the command dead before another holder starts.
+    pub fn check_timing(&self) -> Result<(), String> {
+        if self.window() >= MIN_WINDOW {
+            return Ok(());
+        }
+        let f = crate::duration::format;
+        Err(format!(
+            "--kill-grace {} does not fit inside the lock-delay {}: after the last confirmation of the lock conlock needs at least {} to confirm it again, plus {} of safety margin, plus the grace, before another holder may start; raise --lock-delay (Consul applies at most 60s) or lower --kill-grace",
+            f(self.kill_grace),
+            f(self.lock_delay),
+            f(MIN_WINDOW),
+            f(self.margin()),
+        ))
     }
 }
+
+/// A consistent read proving the claim is still ours: `Ok(None)` held, `Ok(Some(why))` lost.
+pub type ConfirmFn = Box<dyn Fn(&Client, &str) -> Result<Option<String>, ConsulError> + Send>;
 
 /// See `Session::handle`.
 #[derive(Clone)]
@@ -64,7 +110,11 @@ struct Shared {
 struct State {
     id: String,
     /// When the last successful create or renew was sent.
-    confirmed_at: Instant,
+    renewed_at: Instant,
+    /// When the last consistent read that showed us holding was sent (`None`: not holding).
+    confirmed_at: Option<Instant>,
+    /// How to confirm the claim while holding.
+    confirm: Option<ConfirmFn>,
     lost: Option<String>,
     stop: bool,
     /// Not renewing: a lock waiter holds nothing, so it spares Consul the renewals.
@@ -87,8 +137,13 @@ impl Session {
         guardian: Option<Arc<Guardian>>,
         renew: bool,
     ) -> Result<Session, ConsulError> {
-        let sent = Instant::now();
-        let id = client.session_create(&request(&spec))?;
+        let mut sent = Instant::now();
+        // Creating a session is safe to repeat: one we did not hear about holds nothing
+        // and expires by its TTL.
+        let id = crate::consul::retry_transient("creating a session", || {
+            sent = Instant::now();
+            client.session_create(&request(&spec))
+        })?;
         if let Some(g) = &guardian {
             g.session(&id, spec.ttl);
         }
@@ -102,7 +157,9 @@ impl Session {
             spec,
             state: Mutex::new(State {
                 id,
-                confirmed_at: sent,
+                renewed_at: sent,
+                confirmed_at: None,
+                confirm: None,
                 lost: None,
                 stop: false,
                 paused: !renew,
@@ -135,9 +192,23 @@ impl Session {
         &self.shared.spec
     }
 
-    /// Until this moment the server cannot have invalidated the session by TTL.
+    /// When the command must get the stop signal unless the claim is confirmed again
+    /// (SIGKILL follows `--kill-grace` later, still before anyone else can hold it).
     pub fn deadline(&self) -> Instant {
         deadline(&self.state(), &self.shared.spec)
+    }
+
+    /// Holding from now on: `confirmed_at` is when the read that showed us holding was
+    /// sent; `confirm` repeats it every `SessionSpec::confirm_every`.
+    pub fn start_confirming(&self, confirmed_at: Instant, confirm: ConfirmFn) {
+        let mut s = self.state();
+        s.confirmed_at = Some(confirmed_at);
+        s.confirm = Some(confirm);
+        if let Some(hook) = &s.on_confirmed {
+            hook(deadline(&s, &self.shared.spec));
+        }
+        drop(s);
+        self.shared.wake.notify_all();
     }
 
     /// Calls `hook` with the deadline now and after every confirmation that moves it.
@@ -168,7 +239,7 @@ impl Session {
             let s = self.state();
             (
                 s.id.clone(),
-                s.confirmed_at.elapsed() > self.shared.spec.ttl / 2,
+                s.renewed_at.elapsed() > self.shared.spec.ttl / 2,
             )
         };
         if stale {
@@ -179,7 +250,7 @@ impl Session {
                 let timeout = self.shared.client.request_timeout;
                 match self.shared.client.session_renew(&id, timeout) {
                     Ok(Some(_)) => {
-                        confirmed(&mut self.state(), &self.shared.spec, sent);
+                        renewed(&mut self.state(), &self.shared.spec, sent);
                         break;
                     }
                     Ok(None) => return Ok(false),
@@ -200,18 +271,20 @@ impl Session {
     pub fn recreate(&self) -> Result<(), ConsulError> {
         let old = self.id();
         let _ = self.shared.client.session_destroy(&old);
-        let sent = Instant::now();
-        let id = self
-            .shared
-            .client
-            .session_create(&request(&self.shared.spec))?;
+        let mut sent = Instant::now();
+        let id = crate::consul::retry_transient("creating a session", || {
+            sent = Instant::now();
+            self.shared
+                .client
+                .session_create(&request(&self.shared.spec))
+        })?;
         ui::verbose(format_args!("replaced session {old} by {id}"));
         if let Some(g) = &self.shared.guardian {
             g.session(&id, self.shared.spec.ttl);
         }
         let mut s = self.state();
         s.id = id;
-        confirmed(&mut s, &self.shared.spec, sent);
+        renewed(&mut s, &self.shared.spec, sent);
         s.lost = None;
         drop(s);
         self.shared.wake.notify_all();
@@ -264,12 +337,13 @@ impl Drop for Session {
 }
 
 fn deadline(s: &State, spec: &SessionSpec) -> Instant {
-    s.confirmed_at + spec.ttl - spec.margin()
+    let by_ttl = s.renewed_at + spec.ttl;
+    s.confirmed_at.map_or(by_ttl, |c| c.min(by_ttl)) + spec.window()
 }
 
-/// A request sent at `sent` proved the session valid.
-fn confirmed(s: &mut State, spec: &SessionSpec, sent: Instant) {
-    s.confirmed_at = sent;
+/// A renewal sent at `sent` succeeded.
+fn renewed(s: &mut State, spec: &SessionSpec, sent: Instant) {
+    s.renewed_at = sent;
     if let Some(hook) = &s.on_confirmed {
         hook(deadline(s, spec));
     }
@@ -286,13 +360,35 @@ fn request(spec: &SessionSpec) -> SessionRequest {
     }
 }
 
+fn set_lost(s: &mut State, reason: String) {
+    ui::verbose(&reason);
+    if let Some(tx) = &s.on_lost {
+        let _ = tx.send(Event::Lost(reason.clone()));
+    }
+    s.lost = Some(reason);
+}
+
+enum Job {
+    Renew,
+    Confirm,
+}
+
+/// Renews every TTL/2 and, while holding, confirms every `confirm_every`. Every request
+/// is bounded by `confirm_every`, so one that hangs cannot delay the next confirmation.
 fn renew_loop(shared: &Shared) {
-    let ttl = shared.spec.ttl;
+    let spec = &shared.spec;
+    let ttl = spec.ttl;
+    let every = spec.confirm_every();
     let retry_every = (ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(1));
-    let timeout = (ttl / 3).min(Duration::from_secs(5));
+    // Long enough for a busy agent, short enough that a request stuck on a dead
+    // connection leaves time for another try inside the window.
+    let bound = every.max(Duration::from_millis(500));
+    let renew_timeout = (ttl / 3).min(Duration::from_secs(5)).min(bound);
+    let confirm_retry = (every / 3).max(Duration::from_millis(50));
     let mut next = Instant::now() + ttl / 2;
+    let mut next_confirm: Option<Instant> = None;
     loop {
-        let id = {
+        let (id, job) = {
             let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             loop {
                 if s.stop {
@@ -300,51 +396,164 @@ fn renew_loop(shared: &Shared) {
                 }
                 let now = Instant::now();
                 if s.paused {
-                    next = s.confirmed_at + ttl / 2;
+                    next = s.renewed_at + ttl / 2;
                 }
-                if now >= next && s.lost.is_none() && !s.paused {
-                    break;
+                match (&s.confirm, s.confirmed_at) {
+                    (Some(_), Some(c)) => {
+                        next_confirm.get_or_insert(c + every);
+                    }
+                    _ => next_confirm = None,
                 }
-                let wait = if s.lost.is_some() || s.paused {
-                    Duration::from_secs(3600)
+                let active = s.lost.is_none() && !s.paused;
+                if active && next_confirm.is_some_and(|c| now >= c) {
+                    break (s.id.clone(), Job::Confirm);
+                }
+                if active && now >= next {
+                    break (s.id.clone(), Job::Renew);
+                }
+                let wake = if active {
+                    next_confirm.map_or(next, |c| c.min(next))
                 } else {
-                    next - now
+                    now + Duration::from_secs(3600)
                 };
                 let before = s.id.clone();
                 s = shared
                     .wake
-                    .wait_timeout(s, wait)
+                    .wait_timeout(s, wake.saturating_duration_since(now))
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
                 if s.id != before {
                     next = Instant::now() + ttl / 2;
                 }
             }
-            s.id.clone()
         };
         let sent = Instant::now();
-        let result = shared.client.session_renew(&id, timeout);
-        let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.id != id || s.stop {
-            continue;
-        }
-        match result {
-            Ok(Some(_)) => {
-                confirmed(&mut s, &shared.spec, sent);
-                next = sent + ttl / 2;
-            }
-            Ok(None) => {
-                let reason = format!("session {id} was invalidated (Consul no longer knows it)");
-                ui::verbose(&reason);
-                s.lost = Some(reason.clone());
-                if let Some(tx) = &s.on_lost {
-                    let _ = tx.send(Event::Lost(reason));
+        match job {
+            Job::Renew => {
+                let result = shared.client.session_renew(&id, renew_timeout);
+                let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                if s.id != id || s.stop {
+                    continue;
+                }
+                match result {
+                    Ok(Some(_)) => {
+                        renewed(&mut s, spec, sent);
+                        next = sent + ttl / 2;
+                    }
+                    Ok(None) => set_lost(
+                        &mut s,
+                        format!("session {id} was invalidated (Consul no longer knows it)"),
+                    ),
+                    Err(e) => {
+                        ui::verbose(format_args!("renewing session {id} failed: {e}; retrying"));
+                        next = Instant::now() + retry_every;
+                    }
                 }
             }
-            Err(e) => {
-                ui::verbose(format_args!("renewing session {id} failed: {e}; retrying"));
-                next = Instant::now() + retry_every;
+            Job::Confirm => {
+                // Past the deadline a confirmation is too late anyway.
+                let until = {
+                    let s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    deadline(&s, spec)
+                };
+                let bounded = shared.client.with_deadline(
+                    sent + bound.min(until.saturating_duration_since(sent)).max(every),
+                );
+                // Taken out so that the read runs without the lock held.
+                let confirm = {
+                    let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    s.confirm.take()
+                };
+                let Some(confirm) = confirm else { continue };
+                let result = confirm(&bounded, &id);
+                let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                s.confirm = Some(confirm);
+                if s.id != id || s.stop {
+                    continue;
+                }
+                match result {
+                    Ok(None) => {
+                        s.confirmed_at = Some(sent);
+                        next_confirm = Some(sent + every);
+                        if let Some(hook) = &s.on_confirmed {
+                            hook(deadline(&s, spec));
+                        }
+                    }
+                    Ok(Some(reason)) => set_lost(&mut s, reason),
+                    Err(e) => {
+                        ui::verbose(format_args!("confirming the claim failed: {e}; retrying"));
+                        next_confirm = Some(Instant::now() + confirm_retry);
+                    }
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(ttl: u64, lock_delay_ms: u64, grace_ms: u64) -> SessionSpec {
+        SessionSpec {
+            name: "t".into(),
+            ttl: Duration::from_secs(ttl),
+            lock_delay: Duration::from_millis(lock_delay_ms),
+            behavior: "release",
+            checks: None,
+            kill_grace: Duration::from_millis(grace_ms),
+        }
+    }
+
+    #[test]
+    fn window_and_confirmation_rate_follow_the_flags() {
+        // Defaults: 15 s lock-delay, 5 s grace, 750 ms margin.
+        let s = spec(15, 15_000, 5_000);
+        assert_eq!(s.margin(), Duration::from_millis(750));
+        assert_eq!(s.window(), Duration::from_millis(9_250));
+        assert_eq!(s.confirm_every().as_millis(), 3_083);
+        assert!(s.check_timing().is_ok());
+        // The tightest combination the issue names: 2 s lock-delay, 1 s grace.
+        let s = spec(10, 2_000, 1_000);
+        assert_eq!(s.window(), Duration::from_millis(800));
+        assert!(s.check_timing().is_ok());
+        // A grace that does not fit is refused, with the numbers.
+        let e = spec(15, 15_000, 15_000).check_timing().unwrap_err();
+        assert!(
+            e.contains("--kill-grace 15s") && e.contains("lock-delay 15s"),
+            "{e}"
+        );
+        assert!(spec(15, 0, 0).check_timing().is_err());
+    }
+
+    #[test]
+    fn deadline_counts_from_the_earlier_of_confirmation_and_ttl() {
+        let sp = spec(15, 15_000, 5_000);
+        let t0 = Instant::now();
+        let mut st = State {
+            id: "s".into(),
+            renewed_at: t0,
+            confirmed_at: None,
+            confirm: None,
+            lost: None,
+            stop: false,
+            paused: false,
+            on_lost: None,
+            on_confirmed: None,
+        };
+        // Not holding yet: only the TTL bounds it.
+        assert_eq!(deadline(&st, &sp), t0 + sp.ttl + sp.window());
+        // A confirmation earlier than renewal + TTL is what counts.
+        st.confirmed_at = Some(t0 + Duration::from_secs(1));
+        assert_eq!(
+            deadline(&st, &sp),
+            t0 + Duration::from_secs(1) + sp.window()
+        );
+        // An old renewal bounds it even if confirmations continue.
+        st.confirmed_at = Some(t0 + Duration::from_secs(60));
+        assert_eq!(deadline(&st, &sp), t0 + sp.ttl + sp.window());
+        // SIGKILL (deadline + grace) comes a margin before another holder could start.
+        let kill = deadline(&st, &sp) + sp.kill_grace;
+        assert_eq!(kill + sp.margin(), t0 + sp.ttl + sp.lock_delay);
     }
 }

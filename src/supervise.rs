@@ -407,7 +407,7 @@ impl Child {
     }
 
     /// Takes the terminal back.
-    pub fn finish(self) {
+    pub fn finish(&self) {
         if self.terminal {
             unsafe { give_terminal(libc::getpgrp()) };
         }

@@ -78,6 +78,9 @@ pub type Result<T> = std::result::Result<T, ConsulError>;
 pub struct QueryOptions {
     pub index: u64,
     pub wait: Option<Duration>,
+    /// `?consistent`: the leader confirms it still leads before answering, so the answer
+    /// is never older than the moment the request was sent.
+    pub consistent: bool,
 }
 
 impl QueryOptions {
@@ -85,6 +88,23 @@ impl QueryOptions {
         QueryOptions {
             index,
             wait: Some(wait),
+            consistent: false,
+        }
+    }
+
+    /// A plain read in consistent mode.
+    pub fn consistent() -> Self {
+        QueryOptions {
+            consistent: true,
+            ..Default::default()
+        }
+    }
+
+    /// The same read in consistent mode.
+    pub fn and_consistent(self) -> Self {
+        QueryOptions {
+            consistent: true,
+            ..self
         }
     }
 }
@@ -96,6 +116,27 @@ pub fn next_index(previous: u64, returned: u64) -> u64 {
         0
     } else {
         returned.max(1)
+    }
+}
+
+/// Tries of a request that may be repeated safely, when it fails in a way that passes.
+pub const TRANSIENT_TRIES: u32 = 4;
+/// Pause between those tries.
+pub const TRANSIENT_PAUSE: Duration = Duration::from_secs(1);
+
+/// Runs `f` again after a retryable failure (the network, a timeout, a 5xx), up to
+/// `TRANSIENT_TRIES` times in all. Only for requests whose repetition is harmless.
+pub fn retry_transient<T>(what: &str, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut tries = 1;
+    loop {
+        match f() {
+            Err(e) if e.is_retryable() && tries < TRANSIENT_TRIES => {
+                crate::ui::notice(format_args!("{what}: {e}; retrying"));
+                tries += 1;
+                std::thread::sleep(TRANSIENT_PAUSE);
+            }
+            other => return other,
+        }
     }
 }
 
@@ -366,6 +407,9 @@ impl Client {
             params.push(("wait", &wait));
             // Consul adds up to wait/16 of jitter.
             timeout = w + w / 16 + Duration::from_secs(5);
+        }
+        if q.consistent {
+            params.push(("consistent", ""));
         }
         let answer = self.call("GET", path, &params, None, timeout, what)?;
         let meta = QueryMeta {

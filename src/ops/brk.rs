@@ -7,9 +7,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use super::{inspect, Holder, Snapshot, Target};
 use crate::cli::{BreakArgs, ConnArgs};
 use crate::consul::QueryOptions;
+use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::error::{Error, Result};
-use crate::holder::Claim;
-use crate::semaphore::Semaphore;
 
 pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
     let target = Target::from_args(&args.target)?;
@@ -63,9 +62,14 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
         client.session_destroy(&h.session)?;
         match &snap {
             Snapshot::Lock { key, .. } => {
+                // What Consul applies, not what the session asked for.
                 let delay = h
                     .lock_delay_ns
-                    .map(|ns| crate::duration::format(std::time::Duration::from_nanos(ns)))
+                    .map(|ns| {
+                        crate::duration::format(
+                            std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY),
+                        )
+                    })
                     .unwrap_or_else(|| "its lock-delay".into());
                 println!(
                     "destroyed session {} of {}; {key} can be acquired again after {delay} (lock-delay)",
@@ -73,15 +77,20 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
                     h.describe()
                 );
             }
-            Snapshot::Semaphore { prefix, limit, .. } => {
-                let sem = Semaphore {
-                    prefix: prefix.clone(),
-                    limit: limit.unwrap_or(0),
-                    value: crate::holder::HolderValue::Given(Vec::new()),
-                };
-                sem.release(&client, &h.session);
+            Snapshot::Semaphore { prefix, .. } => {
+                // The slot is not handed out here: the holder's command may still run.
+                // The holder frees it once its command is gone; if it cannot, conlock
+                // waiters take it back after its cushion (its lock-delay).
+                let cushion = h
+                    .lock_delay_ns
+                    .map(|ns| {
+                        crate::duration::format(
+                            std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY),
+                        )
+                    })
+                    .unwrap_or_else(|| "its lock-delay".into());
                 println!(
-                    "destroyed session {} of {}; its slot in {prefix} is free",
+                    "destroyed session {} of {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot",
                     h.session,
                     h.describe()
                 );

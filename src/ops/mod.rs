@@ -237,6 +237,20 @@ pub fn holder(client: &Client, pair: &KvPair, session: &str) -> Holder {
         .session_info(session, QueryOptions::default())
         .ok()
         .and_then(|(s, _)| s);
+    holder_with(pair, session, info)
+}
+
+/// The holder as far as conlock's own default value tells (host, pid, command, started,
+/// lock-delay), without asking Consul. `None` when the value is not conlock's.
+pub fn holder_from_value(pair: &KvPair, session: &str) -> Option<Holder> {
+    let mut h = holder_with(pair, session, None);
+    let delay = h.value.get("lock_delay")?.as_str()?;
+    h.value.get("host")?;
+    h.lock_delay_ns = Some(crate::duration::parse(delay).ok()?.as_nanos() as u64);
+    Some(h)
+}
+
+fn holder_with(pair: &KvPair, session: &str, info: Option<crate::consul::SessionEntry>) -> Holder {
     let value = decode_value(pair.value_bytes());
     Holder {
         session: session.to_string(),

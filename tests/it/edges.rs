@@ -292,7 +292,7 @@ fn negative_durations_get_a_correct_hint() {
 #[test]
 fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
     let server = start_server();
-    // --kill-grace not under --lock-delay gives a warning; -v stamps it like the rest.
+    // A lock-delay over Consul's cap gives a warning; -v stamps it like the rest.
     let o = run_out(
         &server,
         &[
@@ -300,8 +300,8 @@ fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
             "run",
             "--key",
             "sig",
-            "--kill-grace",
-            "20s",
+            "--lock-delay",
+            "2m",
             "--",
             "sh",
             "-c",
@@ -321,7 +321,10 @@ fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
             "line without a timestamp: {line}"
         );
     }
-    assert!(err.contains("conlock: warning: --kill-grace"), "{err}");
+    assert!(
+        err.contains("conlock: warning: --lock-delay 2m0s is more than Consul applies"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -437,6 +440,12 @@ fn status_agrees_with_run_during_a_lock_delay() {
         &["run", "--prefix", "ld", "--timeout", "0s", "--", "true"],
     );
     assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    // Without -v too, the busy message says why.
+    assert!(
+        stderr(&o).contains("is busy (free, in a lock-delay"),
+        "{}",
+        stderr(&o)
+    );
     let o = run_out(&server, &["status", "--prefix", "ld"]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(o.status.code(), Some(2), "{text}");

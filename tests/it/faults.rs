@@ -110,7 +110,7 @@ fn dropped_connections_are_not_a_loss() {
 #[test]
 fn expiry_through_the_control_endpoint_stops_the_child() {
     let server = start_server();
-    let mut h = start_holder(&server, "expiry", &["--lock-delay", "0s"], "sleep 600");
+    let mut h = start_holder(&server, "expiry", &[], "sleep 600");
     let session = holder(&client(&server), "expiry").unwrap();
     assert!(server.expire_session(&session));
     assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));

@@ -15,6 +15,7 @@ mod process;
 mod prop;
 mod review;
 mod run;
+mod safety;
 mod schema;
 mod sem;
 mod tls;

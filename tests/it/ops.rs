@@ -152,7 +152,16 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
     // A holder whose session is destroyed: acquired, lost.
     let b_started = dir.join("b-started");
     let mut b = conlock(&server)
-        .args(["run", "--key", "wk", "--lock-delay", "0s", "--"])
+        .args([
+            "run",
+            "--key",
+            "wk",
+            "--lock-delay",
+            "2s",
+            "--kill-grace",
+            "200ms",
+            "--",
+        ])
         .args(marked(&b_started, "exec sleep 60"))
         .spawn()
         .unwrap();
@@ -193,7 +202,16 @@ fn break_frees_a_lock_held_by_another_conlock() {
     let server = start_server();
     let running = scratch("brk").join("running");
     let mut h = conlock(&server)
-        .args(["run", "--prefix", "brk", "--lock-delay", "1s", "--"])
+        .args([
+            "run",
+            "--prefix",
+            "brk",
+            "--lock-delay",
+            "2s",
+            "--kill-grace",
+            "200ms",
+        ])
+        .arg("--")
         .args(marked(&running, "exec sleep 60"))
         .spawn()
         .unwrap();

@@ -234,7 +234,8 @@ fn full_stderr_pipe_does_not_delay_the_stop() {
     let marker = dir.join("running");
     let mut h = KillOnDrop(
         conlock(&server)
-            .args(["run", "--key", "stderr-full", "--kill-grace", "30s", "--"])
+            .args(["run", "--key", "stderr-full", "--lock-delay", "60s"])
+            .args(["--kill-grace", "30s", "--"])
             .args(marked(&marker, &cmd))
             .stderr(Stdio::piped())
             .spawn()
@@ -458,7 +459,7 @@ fn stopped_command_gets_sigcont_after_the_stop_signal() {
     let mut h = KillOnDrop(start_holder(
         &server,
         "stopped-loss",
-        &["--kill-grace", "30s"],
+        &["--kill-grace", "30s", "--lock-delay", "60s"],
         &self_stopping(&dir),
     ));
     let child = read_pid(&dir.join("pid"));
@@ -481,7 +482,7 @@ fn stopped_command_gets_sigcont_after_a_forwarded_term() {
     let mut h = KillOnDrop(start_holder(
         &server,
         "stopped-term",
-        &["--kill-grace", "30s"],
+        &["--kill-grace", "30s", "--lock-delay", "60s"],
         &self_stopping(&dir),
     ));
     let child = read_pid(&dir.join("pid"));

@@ -250,7 +250,7 @@ fn read_pid(path: &std::path::Path) -> i32 {
 fn lock_loss_stops_child_and_grandchild_with_124() {
     let server = start_server();
     let dir = scratch("loss");
-    let mut h = start_holder(&server, "loss", &["--lock-delay", "0s"], &family_cmd(&dir));
+    let mut h = start_holder(&server, "loss", &[], &family_cmd(&dir));
     let (child, grandchild) = (
         read_pid(&dir.join("child")),
         read_pid(&dir.join("grandchild")),
@@ -289,7 +289,12 @@ fn handoff_after_lock_delay() {
     let server = start_server();
     let dir = scratch("handoff");
     let started = dir.join("b-started");
-    let mut a = start_holder(&server, "handoff", &["--lock-delay", "1s"], "sleep 60");
+    let mut a = start_holder(
+        &server,
+        "handoff",
+        &["--lock-delay", "2s", "--kill-grace", "200ms"],
+        "sleep 60",
+    );
     let mut b = conlock(&server)
         .args(["run", "--key", "handoff", "--", "sh", "-c"])
         .arg(format!("date +%s%N > {}", started.display()))

@@ -153,7 +153,9 @@ fn dead_holder_is_pruned_for_a_waiter() {
             "--prefix",
             "prune",
             "--lock-delay",
-            "0s",
+            "2s",
+            "--kill-grace",
+            "200ms",
             "--",
         ])
         .args(marked(&a_running, "exec sleep 60"))

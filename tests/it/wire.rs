@@ -246,9 +246,15 @@ fn consul_lock_n_holders_exclude_conlock_sem() {
         "two consul lock -n 2 holders fill the slots"
     );
     assert_eq!(run("3"), Some(125), "a different limit is a conflict");
-    // One consul lock holder dies: its contender key goes (behavior delete), conlock prunes it.
+    // One consul lock holder dies: its contender key goes (behavior delete). Its command
+    // may still run (consul lock does not stop it in time), and it recorded no lock-delay,
+    // so conlock gives it Consul's 60 s cap before taking its slot (docs/safety.md).
     c.session_destroy(&sessions[0]).unwrap();
-    assert_eq!(run("2"), Some(0));
+    assert_eq!(
+        run("2"),
+        Some(75),
+        "a vanished holder's slot was taken at once"
+    );
     let v: Value = serde_json::from_slice(
         c.kv_get("cln/.lock", QueryOptions::default())
             .unwrap()
@@ -257,8 +263,5 @@ fn consul_lock_n_holders_exclude_conlock_sem() {
             .value_bytes(),
     )
     .unwrap();
-    assert_eq!(
-        v["Holders"].as_object().unwrap().keys().collect::<Vec<_>>(),
-        vec![&sessions[1]]
-    );
+    assert_eq!(v["Holders"].as_object().unwrap().len(), 2, "{v}");
 }
