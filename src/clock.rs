@@ -34,6 +34,17 @@ impl BootInstant {
         }
     }
 
+    /// The same moment as a CLOCK_MONOTONIC `Instant`, as seen now: a suspend since
+    /// `self` was taken brings it closer.
+    pub fn to_instant(self) -> std::time::Instant {
+        let (now, boot) = (std::time::Instant::now(), BootInstant::now());
+        if self >= boot {
+            now + (self.0 - boot.0)
+        } else {
+            now.checked_sub(boot.0 - self.0).unwrap_or(now)
+        }
+    }
+
     /// Nanoseconds since boot, for passing to another process.
     pub fn as_nanos(self) -> u64 {
         self.0.as_nanos() as u64

@@ -57,8 +57,9 @@ fn dup_fd(fd: i32) -> Result<File, String> {
 }
 
 struct State {
-    /// `None` after a failed write.
-    file: Option<File>,
+    /// Lines go through a thread of their own, so a reader that stops reading never
+    /// blocks the stop of the command (`None`: the thread could not start).
+    queue: Option<ui::Queue>,
     kind: &'static str,
     target: String,
 }
@@ -67,9 +68,24 @@ static STATE: OnceLock<Mutex<State>> = OnceLock::new();
 
 /// Starts writing events about `kind` (`lock` or `semaphore`) `target` (key or prefix).
 pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
-    if let Some(Sink(file)) = sink {
+    if let Some(Sink(mut file)) = sink {
+        // One write per line, so concurrent writers (several conlocks on one file opened
+        // for appending) never interleave within a line. A failure ends the events,
+        // never the run.
+        let queue = ui::Queue::spawn("events", move |line| match file.write_all(line) {
+            Ok(()) => true,
+            Err(e) => {
+                ui::warn(format_args!("cannot write --events: {e}; no more events"));
+                false
+            }
+        });
+        if let Err(e) = &queue {
+            ui::warn(format_args!(
+                "cannot start the --events writer: {e}; no events"
+            ));
+        }
         let _ = STATE.set(Mutex::new(State {
-            file: Some(file),
+            queue: queue.ok(),
             kind,
             target: target.to_string(),
         }));
@@ -80,12 +96,20 @@ pub fn enabled() -> bool {
     STATE.get().is_some()
 }
 
-/// Writes one event line: `time`, `event`, `kind`, `target`, `pid`, then `fields`.
-/// A write failure is reported once and ends the events, never the run.
+/// Waits until the events sent are written (at most 2 s without progress).
+pub fn flush() {
+    if let Some(state) = STATE.get() {
+        if let Some(q) = &state.lock().unwrap_or_else(|p| p.into_inner()).queue {
+            q.flush();
+        }
+    }
+}
+
+/// Queues one event line: `time`, `event`, `kind`, `target`, `pid`, then `fields`.
 pub fn emit(event: &str, fields: Value) {
     let Some(state) = STATE.get() else { return };
-    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-    if s.file.is_none() {
+    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    if s.queue.is_none() {
         return;
     }
     // Common fields first, in a fixed order, for people reading the file; then the
@@ -117,14 +141,10 @@ pub fn emit(event: &str, fields: Value) {
         serde_json::to_writer(&mut line, v).expect("event json");
     }
     line.extend_from_slice(b"}\n");
-    // One write per line, so concurrent writers (several conlocks on one file opened
-    // for appending) never interleave within a line.
     // With `-` the line shares the terminal with the waiting status line.
     ui::clear_status();
-    let Some(file) = s.file.as_mut() else { return };
-    if let Err(e) = file.write_all(&line) {
-        ui::warn(format_args!("cannot write --events: {e}; no more events"));
-        s.file = None;
+    if let Some(q) = &s.queue {
+        q.send(line);
     }
 }
 

@@ -83,7 +83,7 @@ pub struct Held {
     /// The key's ModifyIndex right after the acquisition: the fencing token.
     pub modify_index: u64,
     /// When the consistent read that showed us holding was sent: the first confirmation.
-    pub confirmed_at: Instant,
+    pub confirmed_at: BootInstant,
 }
 
 /// A lock or a semaphore slot.
@@ -287,9 +287,19 @@ fn hold_guarded(
         // is stopped or stuck by then, the guardian does, half a margin later (so that a
         // healthy conlock is first), still half a margin before anyone else can hold it.
         let (g, late) = (g.clone(), spec.stop.grace + spec.session.margin() / 2);
-        session.on_confirmed(Box::new(move |deadline| {
-            g.deadline(BootInstant::from_instant(deadline) + late)
-        }));
+        session.on_confirmed(Box::new(move |deadline| g.deadline(deadline + late)));
+    }
+    // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
+    // may already run, so the command must not start.
+    if Instant::now() >= session.deadline() {
+        let reason = "the claim could not be confirmed in time before the command started";
+        ui::notice(format_args!(
+            "lock lost: {reason}; not starting the command"
+        ));
+        events::emit("lost", serde_json::json!({ "reason": reason }));
+        claim.release(client, &session_id);
+        session.destroy();
+        return Ok(exit_event(exit::LOST, "lost"));
     }
     let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
         Ok(c) => c,
@@ -513,6 +523,9 @@ fn wait_survivors(session: &Session, child: &Child) -> Option<String> {
         if let Some(reason) = session.lost() {
             return Some(reason);
         }
+        if Instant::now() >= session.deadline() + session.spec().kill_grace {
+            return Some("the session could not be confirmed in time".to_string());
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -550,6 +563,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                     Phase::Starting => {
                         if TERMINATING.contains(&sig) {
                             events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            events::flush();
                             ui::flush();
                             std::process::exit(128 + sig);
                         }
@@ -562,6 +576,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                             // Destroying the session also drops anything it may just have acquired.
                             let _ = client.session_destroy(&session.id());
                             events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                            events::flush();
                             ui::flush();
                             std::process::exit(128 + sig);
                         }

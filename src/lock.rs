@@ -6,6 +6,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::BootInstant;
 use crate::consul::{
     next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, LOCK_FLAGS,
 };
@@ -54,7 +55,7 @@ impl Lock {
         client: &Client,
         session_id: &str,
     ) -> std::result::Result<Option<Held>, ConsulError> {
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let (pair, _) = client.kv_get(&self.key, QueryOptions::consistent())?;
         let held = pair
             .filter(|p| p.holder() == Some(session_id))

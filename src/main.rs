@@ -25,6 +25,7 @@ fn main() {
             e.exit_code()
         }
     };
+    conlock::events::flush();
     conlock::ui::flush();
     std::process::exit(code);
 }

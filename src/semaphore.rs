@@ -288,6 +288,18 @@ impl Semaphore {
         }
     }
 
+    /// Rewrites our contender key (with our session): a new ModifyIndex.
+    fn touch(&self, client: &Client, sid: &str) -> std::result::Result<(), ConsulError> {
+        let put = PutOptions {
+            flags: SEMAPHORE_FLAGS,
+            acquire: Some(sid),
+            ..Default::default()
+        };
+        client
+            .kv_put(&self.contender_key(sid), &self.value.bytes(), put)
+            .map(|_| ())
+    }
+
     /// Why a read of our contender key means the slot is no longer ours.
     fn contender_lost(&self, pair: Option<&KvPair>, session_id: &str) -> Option<String> {
         match pair.and_then(|p| p.holder()) {
@@ -317,6 +329,9 @@ impl Claim for Semaphore {
         let mut cushions = Cushions::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
+        // Our key was written after our slot was: its ModifyIndex, the fencing token, is
+        // then later than every earlier holder's.
+        let mut touched = false;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
         let chain_wait = session.spec().ttl;
@@ -336,7 +351,7 @@ impl Claim for Semaphore {
                     deadline.map_or(wait_for, |d| d.saturating_duration_since(Instant::now()));
                 QueryOptions::blocking(index, wait_for.min(left))
             };
-            let sent = Instant::now();
+            let sent = crate::clock::BootInstant::now();
             let (pairs, meta) = match client.kv_list(&self.prefix, q) {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
@@ -360,6 +375,21 @@ impl Claim for Semaphore {
                 continue;
             };
             if view.state.holders.contains_key(&sid) {
+                if !touched {
+                    // The touch after our slot write failed or was never answered.
+                    match self.touch(client, &sid) {
+                        Ok(()) => touched = true,
+                        Err(e) if holder::is_invalid_session(&e) => {}
+                        Err(e) if e.is_retryable() => {
+                            if !holder::pause_after_failure(&e, deadline) {
+                                return Ok(None);
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    index = 0;
+                    continue;
+                }
                 if !consistent {
                     index = 0;
                     continue;
@@ -399,15 +429,14 @@ impl Claim for Semaphore {
                         // Touch our key: that wakes the waiter behind us, and it fails if
                         // our session died meanwhile (then the slot we wrote is pruned
                         // by others after our cushion).
-                        let put = PutOptions {
-                            flags: SEMAPHORE_FLAGS,
-                            acquire: Some(&sid),
-                            ..Default::default()
-                        };
-                        if let Err(e) =
-                            client.kv_put(&self.contender_key(&sid), &self.value.bytes(), put)
-                        {
-                            ui::verbose(format_args!("after taking a slot: {e}; checking again"));
+                        match self.touch(client, &sid) {
+                            Ok(()) => touched = true,
+                            Err(e) => {
+                                touched = false;
+                                ui::verbose(format_args!(
+                                    "after taking a slot: {e}; checking again"
+                                ));
+                            }
                         }
                     }
                     // Lost a CAS race: read again at once.

@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::clock::BootInstant;
 use crate::consul::{Client, ConsulError, SessionRequest};
 use crate::guardian::Guardian;
 use crate::supervise::Event;
@@ -109,10 +110,12 @@ struct Shared {
 
 struct State {
     id: String,
-    /// When the last successful create or renew was sent.
-    renewed_at: Instant,
+    /// When the last successful create or renew was sent. On CLOCK_BOOTTIME, like every
+    /// time the deadline is built from: a suspend of the host counts, as it does for
+    /// Consul's clock.
+    renewed_at: BootInstant,
     /// When the last consistent read that showed us holding was sent (`None`: not holding).
-    confirmed_at: Option<Instant>,
+    confirmed_at: Option<BootInstant>,
     /// How to confirm the claim while holding.
     confirm: Option<ConfirmFn>,
     lost: Option<String>,
@@ -125,7 +128,7 @@ struct State {
 }
 
 /// Receives `Session::deadline()` after each confirmation. Must not block.
-pub type DeadlineHook = Box<dyn Fn(Instant) + Send>;
+pub type DeadlineHook = Box<dyn Fn(BootInstant) + Send>;
 
 impl Session {
     /// Creates the session and starts renewing it.
@@ -137,11 +140,11 @@ impl Session {
         guardian: Option<Arc<Guardian>>,
         renew: bool,
     ) -> Result<Session, ConsulError> {
-        let mut sent = Instant::now();
+        let mut sent = BootInstant::now();
         // Creating a session is safe to repeat: one we did not hear about holds nothing
         // and expires by its TTL.
         let id = crate::consul::retry_transient("creating a session", || {
-            sent = Instant::now();
+            sent = BootInstant::now();
             client.session_create(&request(&spec))
         })?;
         if let Some(g) = &guardian {
@@ -195,12 +198,12 @@ impl Session {
     /// When the command must get the stop signal unless the claim is confirmed again
     /// (SIGKILL follows `--kill-grace` later, still before anyone else can hold it).
     pub fn deadline(&self) -> Instant {
-        deadline(&self.state(), &self.shared.spec)
+        deadline(&self.state(), &self.shared.spec).to_instant()
     }
 
     /// Holding from now on: `confirmed_at` is when the read that showed us holding was
     /// sent; `confirm` repeats it every `SessionSpec::confirm_every`.
-    pub fn start_confirming(&self, confirmed_at: Instant, confirm: ConfirmFn) {
+    pub fn start_confirming(&self, confirmed_at: BootInstant, confirm: ConfirmFn) {
         let mut s = self.state();
         s.confirmed_at = Some(confirmed_at);
         s.confirm = Some(confirm);
@@ -246,7 +249,7 @@ impl Session {
             // A passing error must not cost the lock just acquired: retry briefly.
             let mut tries = 0;
             loop {
-                let sent = Instant::now();
+                let sent = BootInstant::now();
                 let timeout = self.shared.client.request_timeout;
                 match self.shared.client.session_renew(&id, timeout) {
                     Ok(Some(_)) => {
@@ -271,9 +274,9 @@ impl Session {
     pub fn recreate(&self) -> Result<(), ConsulError> {
         let old = self.id();
         let _ = self.shared.client.session_destroy(&old);
-        let mut sent = Instant::now();
+        let mut sent = BootInstant::now();
         let id = crate::consul::retry_transient("creating a session", || {
-            sent = Instant::now();
+            sent = BootInstant::now();
             self.shared
                 .client
                 .session_create(&request(&self.shared.spec))
@@ -336,13 +339,13 @@ impl Drop for Session {
     }
 }
 
-fn deadline(s: &State, spec: &SessionSpec) -> Instant {
+fn deadline(s: &State, spec: &SessionSpec) -> BootInstant {
     let by_ttl = s.renewed_at + spec.ttl;
     s.confirmed_at.map_or(by_ttl, |c| c.min(by_ttl)) + spec.window()
 }
 
 /// A renewal sent at `sent` succeeded.
-fn renewed(s: &mut State, spec: &SessionSpec, sent: Instant) {
+fn renewed(s: &mut State, spec: &SessionSpec, sent: BootInstant) {
     s.renewed_at = sent;
     if let Some(hook) = &s.on_confirmed {
         hook(deadline(s, spec));
@@ -396,11 +399,11 @@ fn renew_loop(shared: &Shared) {
                 }
                 let now = Instant::now();
                 if s.paused {
-                    next = s.renewed_at + ttl / 2;
+                    next = (s.renewed_at + ttl / 2).to_instant();
                 }
                 match (&s.confirm, s.confirmed_at) {
                     (Some(_), Some(c)) => {
-                        next_confirm.get_or_insert(c + every);
+                        next_confirm.get_or_insert((c + every).to_instant());
                     }
                     _ => next_confirm = None,
                 }
@@ -428,6 +431,7 @@ fn renew_loop(shared: &Shared) {
             }
         };
         let sent = Instant::now();
+        let sent_boot = BootInstant::now();
         match job {
             Job::Renew => {
                 let result = shared.client.session_renew(&id, renew_timeout);
@@ -437,7 +441,7 @@ fn renew_loop(shared: &Shared) {
                 }
                 match result {
                     Ok(Some(_)) => {
-                        renewed(&mut s, spec, sent);
+                        renewed(&mut s, spec, sent_boot);
                         next = sent + ttl / 2;
                     }
                     Ok(None) => set_lost(
@@ -457,7 +461,9 @@ fn renew_loop(shared: &Shared) {
                     deadline(&s, spec)
                 };
                 let bounded = shared.client.with_deadline(
-                    sent + bound.min(until.saturating_duration_since(sent)).max(every),
+                    sent + bound
+                        .min(until.saturating_duration_since(sent_boot))
+                        .max(every),
                 );
                 // Taken out so that the read runs without the lock held.
                 let confirm = {
@@ -473,7 +479,7 @@ fn renew_loop(shared: &Shared) {
                 }
                 match result {
                     Ok(None) => {
-                        s.confirmed_at = Some(sent);
+                        s.confirmed_at = Some(sent_boot);
                         next_confirm = Some(sent + every);
                         if let Some(hook) = &s.on_confirmed {
                             hook(deadline(&s, spec));
@@ -529,7 +535,7 @@ mod tests {
     #[test]
     fn deadline_counts_from_the_earlier_of_confirmation_and_ttl() {
         let sp = spec(15, 15_000, 5_000);
-        let t0 = Instant::now();
+        let t0 = BootInstant::now();
         let mut st = State {
             id: "s".into(),
             renewed_at: t0,

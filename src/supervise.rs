@@ -369,6 +369,11 @@ impl Child {
     /// too, so that the shell gets its prompt (as sudo does). Returns once conlock is
     /// continued (`fg`, `bg`).
     fn suspend_with(&self, sig: i32) {
+        // Processes that left the group did not get the terminal's stop signal: stop them
+        // too, so that nothing of the command runs while conlock does not renew.
+        for p in self.escapees() {
+            p.signal(Signal::SIGSTOP);
+        }
         unsafe {
             if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == self.pid.as_raw() {
                 give_terminal(libc::getpgrp());
@@ -404,6 +409,9 @@ impl Child {
             }
         }
         self.signal_group(Signal::SIGCONT);
+        for p in self.escapees() {
+            p.signal(Signal::SIGCONT);
+        }
     }
 
     /// Takes the terminal back.

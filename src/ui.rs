@@ -31,62 +31,91 @@ pub fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
 }
 
-/// Lines waiting for the writer thread, once `detach` was called.
-struct Writer {
-    tx: Sender<String>,
-    /// Lines sent and not yet written.
+/// Bytes written by a thread of their own: a reader that stops reading (a full pipe, a
+/// hung-up terminal) blocks only that thread, never the ones that supervise the command
+/// or renew the session.
+pub struct Queue {
+    tx: Sender<Vec<u8>>,
+    /// Chunks sent and not yet written.
     pending: Arc<Mutex<usize>>,
 }
 
-static WRITER: Mutex<Option<Writer>> = Mutex::new(None);
+impl Queue {
+    /// Starts the thread; `write` returns false to stop writing (what follows is dropped).
+    pub fn spawn(
+        name: &str,
+        mut write: impl FnMut(&[u8]) -> bool + Send + 'static,
+    ) -> std::io::Result<Queue> {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let pending = Arc::new(Mutex::new(0usize));
+        let count = pending.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut open = true;
+                for chunk in rx {
+                    if open {
+                        open = write(&chunk);
+                    }
+                    *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                }
+            })?;
+        Ok(Queue { tx, pending })
+    }
+
+    pub fn send(&self, bytes: Vec<u8>) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        if self.tx.send(bytes).is_err() {
+            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        }
+    }
+
+    /// Waits until everything sent is written, but never longer than 2 s without
+    /// progress: nobody reads what stays blocked that long.
+    pub fn flush(&self) {
+        let mut last = usize::MAX;
+        let mut progress_at = Instant::now();
+        loop {
+            let n = *self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if n == 0 {
+                return;
+            }
+            if n != last {
+                last = n;
+                progress_at = Instant::now();
+            } else if progress_at.elapsed() >= Duration::from_secs(2) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+static WRITER: Mutex<Option<Arc<Queue>>> = Mutex::new(None);
 static DETACHED: AtomicBool = AtomicBool::new(false);
 
-/// From now on, messages are written by a thread of their own: a stderr nobody reads
-/// (a full pipe, a hung-up terminal) then blocks only that thread, never the threads
-/// that supervise the command or renew the session. `flush` before exiting.
+/// From now on, messages are written by a thread of their own (see `Queue`). `flush`
+/// before exiting.
 pub fn detach() {
     let mut w = WRITER.lock().unwrap_or_else(|p| p.into_inner());
     if w.is_some() {
         return;
     }
-    let (tx, rx) = mpsc::channel::<String>();
-    let pending = Arc::new(Mutex::new(0usize));
-    let count = pending.clone();
-    let spawned = std::thread::Builder::new()
-        .name("stderr".into())
-        .spawn(move || {
-            for line in rx {
-                let _ = std::io::stderr().write_all(line.as_bytes());
-                *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-            }
-        });
-    if spawned.is_ok() {
-        *w = Some(Writer { tx, pending });
+    let spawned = Queue::spawn("stderr", |b| {
+        let _ = std::io::stderr().write_all(b);
+        true
+    });
+    if let Ok(q) = spawned {
+        *w = Some(Arc::new(q));
         DETACHED.store(true, Ordering::SeqCst);
     }
 }
 
-/// Waits until detached messages are written, but never longer than 2 s without
-/// progress: nobody reads a stderr that stays blocked that long.
+/// Waits until detached messages are written (see `Queue::flush`).
 pub fn flush() {
-    let pending = match &*WRITER.lock().unwrap_or_else(|p| p.into_inner()) {
-        Some(w) => w.pending.clone(),
-        None => return,
-    };
-    let mut last = usize::MAX;
-    let mut progress_at = Instant::now();
-    loop {
-        let n = *pending.lock().unwrap_or_else(|p| p.into_inner());
-        if n == 0 {
-            return;
-        }
-        if n != last {
-            last = n;
-            progress_at = Instant::now();
-        } else if progress_at.elapsed() >= Duration::from_secs(2) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let queue = WRITER.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(q) = queue {
+        q.flush();
     }
 }
 
@@ -94,10 +123,7 @@ pub fn flush() {
 fn emit(text: String) {
     if DETACHED.load(Ordering::SeqCst) {
         if let Some(w) = &*WRITER.lock().unwrap_or_else(|p| p.into_inner()) {
-            *w.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-            if w.tx.send(text).is_err() {
-                *w.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-            }
+            w.send(text.into_bytes());
             return;
         }
     }

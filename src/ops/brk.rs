@@ -62,15 +62,7 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
         client.session_destroy(&h.session)?;
         match &snap {
             Snapshot::Lock { key, .. } => {
-                // What Consul applies, not what the session asked for.
-                let delay = h
-                    .lock_delay_ns
-                    .map(|ns| {
-                        crate::duration::format(
-                            std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY),
-                        )
-                    })
-                    .unwrap_or_else(|| "its lock-delay".into());
+                let delay = applied_delay(h);
                 println!(
                     "destroyed session {} of {}; {key} can be acquired again after {delay} (lock-delay)",
                     h.session,
@@ -81,14 +73,7 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
                 // The slot is not handed out here: the holder's command may still run.
                 // The holder frees it once its command is gone; if it cannot, conlock
                 // waiters take it back after its cushion (its lock-delay).
-                let cushion = h
-                    .lock_delay_ns
-                    .map(|ns| {
-                        crate::duration::format(
-                            std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY),
-                        )
-                    })
-                    .unwrap_or_else(|| "its lock-delay".into());
+                let cushion = applied_delay(h);
                 println!(
                     "destroyed session {} of {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot",
                     h.session,
@@ -98,6 +83,15 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// The holder's lock-delay as Consul applies it (at most 60 s), for messages.
+fn applied_delay(h: &Holder) -> String {
+    h.lock_delay_ns
+        .map(|ns| {
+            crate::duration::format(std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY))
+        })
+        .unwrap_or_else(|| "its lock-delay".into())
 }
 
 fn name(snap: &Snapshot) -> String {

@@ -13,13 +13,18 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_conlock");
 
 /// A conlock command aimed at `server`, with no Consul settings inherited from the caller.
 pub fn conlock(server: &DevServer) -> Command {
+    conlock_at(server.addr())
+}
+
+/// Like [`conlock`], aimed at any agent address (an added agent, a proxy).
+pub fn conlock_at(addr: std::net::SocketAddr) -> Command {
     let mut c = Command::new(BIN);
     for (k, _) in std::env::vars() {
         if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
             c.env_remove(k);
         }
     }
-    c.env("CONSUL_HTTP_ADDR", server.addr().to_string());
+    c.env("CONSUL_HTTP_ADDR", addr.to_string());
     c.stdin(Stdio::null());
     c
 }

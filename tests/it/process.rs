@@ -326,6 +326,56 @@ fn ctrl_z_stops_the_job_and_fg_continues_it() {
     assert!(wait_sessions(&server, 0), "the session was not destroyed");
 }
 
+/// Ctrl-Z also stops what escaped the command's group (`setsid … &` re-parented to
+/// conlock): the terminal's SIGTSTP does not reach it, and conlock stops renewing while
+/// stopped, so it must not run on beside a later holder. `fg` continues it.
+#[test]
+fn ctrl_z_stops_escaped_processes_too() {
+    let server = start_server();
+    let dir = scratch("ctrl-z-esc");
+    let (pidfile, escfile, script) = (dir.join("pid"), dir.join("esc"), dir.join("job.sh"));
+    std::fs::write(
+        &script,
+        format!(
+            "(setsid sh -c 'echo $$ > {}; exec sleep 1000' &)\necho $$ > {}\nread line\n",
+            escfile.display(),
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    let sh = Shell::start(&server);
+    sh.line(&format!(
+        "{BIN} run --key ctrl-z-esc -- sh {}",
+        script.display()
+    ));
+    let child = read_pid(&pidfile);
+    let escaped = read_pid(&escfile);
+    let conlock_pid = stat(child).unwrap().1;
+    let _reap = Reap(vec![child, escaped, conlock_pid]);
+    assert!(wait_for(LONG, || state(child) == Some('S')));
+    assert!(
+        wait_for(LONG, || stat(escaped).map(|s| s.1) == Some(conlock_pid)),
+        "the escaped process was not re-parented to conlock"
+    );
+    sh.send("\x1a");
+    assert!(wait_for(LONG, || state(conlock_pid) == Some('T')));
+    assert!(
+        wait_for(LONG, || state(escaped) == Some('T')),
+        "the escaped process kept running while conlock was stopped"
+    );
+    sh.line("fg");
+    assert!(
+        wait_for(LONG, || state(escaped) == Some('S')),
+        "fg did not continue the escaped process"
+    );
+    sh.line("bye");
+    assert!(wait_for(LONG, || !process_alive(conlock_pid)));
+    assert!(
+        !process_alive(escaped),
+        "the escaped process outlived conlock"
+    );
+}
+
 /// Case 7, conlock in the foreground (stdin is not the terminal, so the command does not
 /// get it): Ctrl-Z reaches conlock, which passes SIGTSTP to the command and stops with
 /// it, instead of stopping alone while the command runs on unsupervised.

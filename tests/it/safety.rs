@@ -49,15 +49,8 @@ fn started_at(start: &Path) -> u128 {
 }
 
 /// `conlock <args> -- sh -c <cmd>` through `addr`.
-fn conlock_at(addr: SocketAddr, args: &[&str], cmd: &str) -> Child {
-    let mut c = std::process::Command::new(BIN);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("CONSUL_HTTP_ADDR", addr.to_string())
-        .stdin(Stdio::null())
+fn spawn_at(addr: SocketAddr, args: &[&str], cmd: &str) -> Child {
+    conlock_at(addr)
         .args(args)
         .args(["--", "sh", "-c", cmd])
         .spawn()
@@ -98,9 +91,9 @@ fn partition(kind: &str, flags: &[&str], detect: Duration) {
         _ => vec!["sem", "--limit", "1", "--prefix", "part"],
     };
     let args: Vec<&str> = verb.iter().chain(flags).copied().collect();
-    let mut a = KillOnDrop(conlock_at(agent, &args, &stubborn_heartbeat(&beats)));
+    let mut a = KillOnDrop(spawn_at(agent, &args, &stubborn_heartbeat(&beats)));
     wait_beating(&beats);
-    let mut b = KillOnDrop(conlock_at(server.addr(), &args, &stamp_start(&start)));
+    let mut b = KillOnDrop(spawn_at(server.addr(), &args, &stamp_start(&start)));
     // B waits (its session exists) before A is cut off.
     assert!(wait_sessions(&server, 2));
     assert!(server.freeze_agent(&node, detect));
@@ -154,7 +147,7 @@ fn break_while_the_holder_is_cut_off_leaves_no_overlap() {
     let dir = scratch("break-cut-off");
     let (beats, start) = (dir.join("beats"), dir.join("start"));
     let args = ["run", "--key", "brk-cut/k", "--ttl", "30s"];
-    let mut a = KillOnDrop(conlock_at(agent, &args, &stubborn_heartbeat(&beats)));
+    let mut a = KillOnDrop(spawn_at(agent, &args, &stubborn_heartbeat(&beats)));
     wait_beating(&beats);
     // The node is never marked failed during the test.
     assert!(server.freeze_agent("node-brk", Duration::from_secs(600)));
@@ -163,7 +156,7 @@ fn break_while_the_holder_is_cut_off_leaves_no_overlap() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let mut b = KillOnDrop(conlock_at(server.addr(), &args, &stamp_start(&start)));
+    let mut b = KillOnDrop(spawn_at(server.addr(), &args, &stamp_start(&start)));
     assert!(wait_exit(&mut b.0, LONG).success());
     assert_no_overlap(&beats, &start, "break while cut off");
     assert_eq!(wait_exit(&mut a.0, LONG).code(), Some(124));
@@ -186,13 +179,9 @@ fn semaphore_break_waits_for_the_old_command() {
         "--kill-grace",
         "2s",
     ];
-    let mut a = KillOnDrop(conlock_at(
-        server.addr(),
-        &args,
-        &stubborn_heartbeat(&beats),
-    ));
+    let mut a = KillOnDrop(spawn_at(server.addr(), &args, &stubborn_heartbeat(&beats)));
     wait_beating(&beats);
-    let mut b = KillOnDrop(conlock_at(server.addr(), &args, &stamp_start(&start)));
+    let mut b = KillOnDrop(spawn_at(server.addr(), &args, &stamp_start(&start)));
     assert!(wait_sessions(&server, 2));
     let c = client(&server);
     let holder_session = {
@@ -251,7 +240,7 @@ fn semaphore_vanished_holder_is_pruned_after_its_cushion() {
     let dir = scratch("vanish");
     let start = dir.join("start");
     let t0 = Instant::now();
-    let mut b = KillOnDrop(conlock_at(
+    let mut b = KillOnDrop(spawn_at(
         server.addr(),
         &["sem", "--limit", "1", "--prefix", "vanish"],
         &stamp_start(&start),
@@ -339,7 +328,7 @@ fn relay(down: TcpStream, upstream: SocketAddr, idle: Duration, stop: &AtomicBoo
 fn a_proxy_that_cuts_idle_connections_is_not_a_loss() {
     let server = start_server();
     let proxy = IdleCuttingProxy::start(server.addr(), Duration::from_secs(1));
-    let mut h = KillOnDrop(conlock_at(
+    let mut h = KillOnDrop(spawn_at(
         proxy.addr,
         &["run", "--key", "proxied"],
         "sleep 8; exit 7",
