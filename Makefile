@@ -30,7 +30,7 @@ DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := $(TARGET_DIR)/debian/conlock_$(VERSION)-1_$(DEB_ARCH).deb
 
 .PHONY: all build release demo test fmt-check lint unit completions completions-check \
-	selfcontained-check install uninstall install-check deb deb-check units-check \
+	selfcontained-check layers-check install uninstall install-check deb deb-check units-check \
 	bench soak clean
 
 ## `make && sudo make install`: the default target builds what `make install` installs.
@@ -57,7 +57,7 @@ demo: build
 ## Every check CI runs: formatting, lints, completions/man drift, unit and integration tests,
 ## install layout, the Debian package's contents and the systemd units.
 ## The test run comes last so that its summary closes the output.
-test: fmt-check lint completions-check selfcontained-check
+test: fmt-check lint layers-check completions-check selfcontained-check
 	$(MAKE) --no-print-directory units-check install-check deb-check
 	$(CARGO) test --all-targets
 
@@ -73,6 +73,10 @@ completions: build
 
 completions-check: build
 	bash scripts/completions.sh $(DEBUG_BIN) check
+
+## Dependencies between top-level modules point one way (docs/architecture.md).
+layers-check:
+	python3 scripts/check-layers.py
 
 ## A clone has nothing beside it: no file may point outside the repository.
 selfcontained-check:

@@ -4,14 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, RunArgs};
-use crate::consul::CONSUL_MAX_LOCK_DELAY;
-use crate::consul::{Client, ConnConfig, ConnFlags};
+use crate::claim::lock::Lock;
+use crate::claim::semaphore::Semaphore;
+use crate::claim::{HolderValue, MonitorPolicy};
+use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs};
+use crate::consul::{Client, ConnConfig, ConnFlags, CONSUL_MAX_LOCK_DELAY};
 use crate::error::{Error, Result};
-use crate::holder::{self, HoldSpec, HolderValue, MonitorPolicy};
-use crate::lock::Lock;
-use crate::session::SessionSpec;
-use crate::supervise::{self, StopPolicy};
+use crate::hold::session::SessionSpec;
+use crate::hold::supervise::{self, StopPolicy};
+use crate::hold::{self, HoldSpec};
+use crate::ops;
 use crate::ui;
 
 pub const TTL_MIN: Duration = Duration::from_secs(10);
@@ -48,10 +50,21 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     match cli.command {
         Command::Run(args) => run_lock(&args.conn.or(&cli.conn), args),
-        Command::Sem(args) => crate::semaphore::run(&args.conn.or(&cli.conn), args),
-        Command::Status(args) => crate::ops::status::run(&args.conn.or(&cli.conn), args),
-        Command::Watch(args) => crate::ops::watch::run(&args.conn.or(&cli.conn), args),
-        Command::Break(args) => crate::ops::brk::run(&args.conn.or(&cli.conn), args),
+        Command::Sem(args) => run_sem(&args.conn.or(&cli.conn), args),
+        Command::Status(args) => {
+            let t = target(&args.target)?;
+            ops::status::run(&client(&args.conn.or(&cli.conn))?, &t, args.json)
+        }
+        Command::Watch(args) => {
+            let t = target(&args.target)?;
+            let c = client(&args.conn.or(&cli.conn))?;
+            ops::watch::run(&c, &t, args.json, &args.handler)
+        }
+        Command::Break(args) => {
+            let t = target(&args.target)?;
+            let c = client(&args.conn.or(&cli.conn))?;
+            ops::brk::run(&c, &t, args.session.as_deref(), args.yes)
+        }
         Command::DevServer(a) => {
             crate::devserver::run_foreground(crate::devserver::Options {
                 addr: a.addr,
@@ -100,7 +113,38 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     crate::events::install(prepared.events.take(), "lock", &key);
     let value = prepared.value.clone();
     let lock = Lock::new(key, value);
-    holder::hold(&prepared.client, prepared.spec, Arc::new(lock))
+    hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
+}
+
+fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
+    let prefix = normalize_key(&args.prefix, "--prefix")?;
+    let mut prepared = prepare(conn, &args.hold, "delete")?;
+    crate::events::install(prepared.events.take(), "semaphore", &prefix);
+    let sem = Semaphore {
+        prefix,
+        limit: args.limit,
+        value: prepared.value.clone(),
+    };
+    hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
+}
+
+/// The lock or semaphore an operator command names.
+fn target(a: &TargetArgs) -> Result<ops::Target> {
+    match (&a.key, &a.prefix, a.kind) {
+        (Some(_), _, Kind::Semaphore) => Err(Error::Usage(
+            "--kind semaphore needs --prefix: a semaphore is a prefix, not a key".into(),
+        )),
+        (Some(k), _, _) => Ok(ops::Target::Key(normalize_key(k, "--key")?)),
+        (None, Some(p), kind) => {
+            let p = normalize_key(p, "--prefix")?;
+            Ok(match kind {
+                Kind::Auto => ops::Target::Prefix(p),
+                Kind::Lock => ops::Target::Key(format!("{p}/.lock")),
+                Kind::Semaphore => ops::Target::Semaphore(p),
+            })
+        }
+        (None, None, _) => Err(Error::Usage("give --key or --prefix".into())),
+    }
 }
 
 /// The validated parts of `run` and `sem` that do not depend on the claim.

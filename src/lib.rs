@@ -1,4 +1,14 @@
+//! conlock: run a command while holding a Consul lock or semaphore slot.
+//!
+//! Layers, each using only those below it (`scripts/check-layers.py` enforces it):
+//! `cli` (clap) → `app` (validation and wiring) → `ops` (status, watch, break) and
+//! `hold` (session, supervision, guardian: the life cycle of a held claim) → `claim`
+//! (lock, semaphore, waiting, describing holders) → `consul` (client, wire types).
+//! `devserver` stands apart; `ui`, `events`, `error`, `clock`, `duration`, `gostd` and
+//! `readfile` are leaves. See docs/architecture.md.
+
 pub mod app;
+pub mod claim;
 pub mod cli;
 pub mod clock;
 pub mod consul;
@@ -7,14 +17,7 @@ pub mod duration;
 pub mod error;
 pub mod events;
 pub mod gostd;
-pub mod guardian;
-pub mod holder;
-pub mod lock;
-pub mod lockdelay;
+pub mod hold;
 pub mod ops;
-pub mod pgroup;
 pub mod readfile;
-pub mod semaphore;
-pub mod session;
-pub mod supervise;
 pub mod ui;

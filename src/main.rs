@@ -4,7 +4,7 @@ use conlock::error::exit;
 fn main() {
     if holds_a_claim(std::env::args_os().skip(1)) {
         // Before anything starts a thread: see guardian.rs.
-        conlock::guardian::prefork();
+        conlock::hold::guardian::prefork();
     }
     let cli = match conlock::cli::Cli::try_parse() {
         Ok(cli) => cli,

@@ -5,26 +5,19 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::cli::{BreakArgs, ConnArgs};
-use crate::consul::QueryOptions;
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
+use crate::consul::{Client, QueryOptions};
 use crate::error::{Error, Result};
 
-pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
-    let target = Target::from_args(&args.target)?;
-    let client = crate::app::client(conn)?;
-    let (snap, _) = inspect(&client, &target, QueryOptions::default())?;
-    let chosen: Vec<Holder> = match (&args.session, snap.holders()) {
+pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -> Result<i32> {
+    let (snap, _) = inspect(client, target, QueryOptions::default())?;
+    let chosen: Vec<Holder> = match (session, snap.holders()) {
         (_, hs) if hs.is_empty() => {
             println!("nothing to break: {} has no holder", name(&snap));
             return Ok(0);
         }
         (Some(s), hs) => {
-            let found: Vec<Holder> = hs
-                .into_iter()
-                .filter(|h| &h.session == s)
-                .cloned()
-                .collect();
+            let found: Vec<Holder> = hs.into_iter().filter(|h| h.session == s).cloned().collect();
             if found.is_empty() {
                 return Err(Error::Usage(format!(
                     "session {s} holds nothing in {}",
@@ -40,7 +33,7 @@ pub fn run(conn: &ConnArgs, args: BreakArgs) -> Result<i32> {
         .map(Holder::describe)
         .collect::<Vec<_>>()
         .join(", ");
-    if !args.yes {
+    if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Error::Usage(
                 "refusing to break without --yes: stdin is not a terminal to confirm on".into(),

@@ -3,15 +3,12 @@
 use std::time::SystemTime;
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::cli::{ConnArgs, StatusArgs};
-use crate::consul::QueryOptions;
+use crate::consul::{Client, QueryOptions};
 use crate::error::Result;
 
-pub fn run(conn: &ConnArgs, args: StatusArgs) -> Result<i32> {
-    let target = Target::from_args(&args.target)?;
-    let client = crate::app::client(conn)?;
-    let (snap, _) = inspect(&client, &target, QueryOptions::default())?;
-    if args.json {
+pub fn run(client: &Client, target: &Target, json: bool) -> Result<i32> {
+    let (snap, _) = inspect(client, target, QueryOptions::default())?;
+    if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&snap.to_json()).expect("json")

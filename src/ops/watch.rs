@@ -9,11 +9,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::cli::{ConnArgs, WatchArgs};
+use crate::claim::WATCH_WAIT;
 use crate::consul::{next_index, Client, QueryOptions};
 use crate::error::Result;
-use crate::holder::WATCH_WAIT;
-use crate::supervise::{self, Program};
+use crate::hold::supervise::{self, Program};
 use crate::ui;
 
 /// One change of holder.
@@ -31,17 +30,17 @@ pub struct Change {
     pub holders_now: Vec<String>,
 }
 
-pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
-    let target = Target::from_args(&args.target)?;
-    let handler = if args.handler.is_empty() {
+pub fn run(
+    client: &Client,
+    target: &Target,
+    json: bool,
+    handler: &[std::ffi::OsString],
+) -> Result<i32> {
+    let handler = if handler.is_empty() {
         None
     } else {
-        Some(HandlerRunner::start(supervise::resolve(
-            &args.handler,
-            false,
-        )?)?)
+        Some(HandlerRunner::start(supervise::resolve(handler, false)?)?)
     };
-    let client = crate::app::client(conn)?;
     let mut index = 0;
     let mut prev: Option<Snapshot> = None;
     let mut backoff = Duration::from_millis(500);
@@ -52,7 +51,7 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
         } else {
             QueryOptions::blocking(index, WATCH_WAIT)
         };
-        match inspect(&client, &target, q) {
+        match inspect(client, target, q) {
             Ok((snap, meta)) => {
                 if failing {
                     ui::notice("reconnected to Consul");
@@ -60,10 +59,10 @@ pub fn run(conn: &ConnArgs, args: WatchArgs) -> Result<i32> {
                 }
                 backoff = Duration::from_millis(500);
                 index = next_index(index, meta.index);
-                for change in diff(&client, &target, prev.as_ref(), &snap, meta.index) {
+                for change in diff(client, target, prev.as_ref(), &snap, meta.index) {
                     println!(
                         "{}",
-                        if args.json {
+                        if json {
                             to_json(&change).to_string()
                         } else {
                             to_line(&change)

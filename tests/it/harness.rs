@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+
+use assert_cmd::prelude::*;
 use std::time::{Duration, Instant};
 
 use conlock::consul::{Client, ConnConfig, ConnFlags, QueryOptions};
@@ -18,7 +20,7 @@ pub fn conlock(server: &DevServer) -> Command {
 
 /// Like [`conlock`], aimed at any agent address (an added agent, a proxy).
 pub fn conlock_at(addr: std::net::SocketAddr) -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::cargo_bin("conlock").expect("the conlock binary");
     for (k, _) in std::env::vars() {
         if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
             c.env_remove(k);

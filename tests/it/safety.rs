@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use assert_cmd::prelude::*;
 use conlock::consul::QueryOptions;
+use predicates::str::contains;
 
 use crate::common::start_server;
 use crate::harness::*;
@@ -369,33 +371,22 @@ fn server_state_loss_is_seen_within_the_monitor_retry_bound() {
 fn lock_delay_is_capped_and_unsafe_timings_are_refused() {
     let server = start_server();
     let before = server.request_count();
-    let out = conlock(&server)
-        .args([
-            "run",
-            "--key",
-            "cap",
-            "--lock-delay",
-            "120s",
-            "--kill-grace",
-            "90s",
-        ])
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("caps lock-delays at 1m0s"), "{err}");
-    assert!(
-        err.contains("--kill-grace 1m30s does not fit inside the lock-delay 1m0s"),
-        "{err}"
-    );
+    conlock(&server)
+        .args(["run", "--key", "cap", "--lock-delay", "120s"])
+        .args(["--kill-grace", "90s", "--", "true"])
+        .assert()
+        .code(125)
+        .stderr(contains("caps lock-delays at 1m0s"))
+        .stderr(contains(
+            "--kill-grace 1m30s does not fit inside the lock-delay 1m0s",
+        ));
     for (ld, grace) in [("5s", "5s"), ("0s", "0s"), ("1s", "500ms")] {
-        let out = conlock(&server)
+        conlock(&server)
             .args(["sem", "--limit", "2", "--prefix", "cap", "--lock-delay", ld])
             .args(["--kill-grace", grace, "--", "true"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(125), "{ld} {grace}: {out:?}");
+            .assert()
+            .code(125)
+            .stderr(contains("does not fit inside the lock-delay"));
     }
     assert_eq!(server.request_count(), before, "a request was made");
 

@@ -5,40 +5,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::cli::{ConnArgs, SemArgs};
+use super::{
+    self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
+    WaitDisplay, WATCH_WAIT,
+};
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{
     next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS,
 };
 use crate::error::{Error, Result};
-use crate::guardian::ClaimInfo;
-use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
-use crate::session::Session;
-use crate::supervise::Event;
 use crate::ui;
 
 const LOCK_KEY: &str = ".lock";
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
-
-pub fn run(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
-    let prefix = crate::app::normalize_key(&args.prefix, "--prefix")?;
-    let mut prepared = crate::app::prepare(conn, &args.hold, "delete")?;
-    crate::events::install(prepared.events.take(), "semaphore", &prefix);
-    let sem = Semaphore {
-        prefix,
-        limit: args.limit,
-        value: prepared.value.clone(),
-    };
-    holder::hold(&prepared.client, prepared.spec, Arc::new(sem))
-}
 
 pub struct Semaphore {
     pub prefix: String,
@@ -263,7 +249,7 @@ impl Semaphore {
         client.kv_put(&self.lock_key(), &state.encode(), put)
     }
 
-    fn create_contender(&self, client: &Client, session: &Session) -> Result<()> {
+    fn create_contender(&self, client: &Client, session: &dyn SessionHandle) -> Result<()> {
         loop {
             let sid = session.id();
             let put = PutOptions {
@@ -282,7 +268,7 @@ impl Semaphore {
                         "cannot create contender key {key:?}"
                     )))
                 }
-                Err(e) if holder::is_invalid_session(&e) => session.recreate()?,
+                Err(e) if claim::is_invalid_session(&e) => session.recreate()?,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -320,12 +306,12 @@ impl Claim for Semaphore {
     fn acquire(
         &self,
         client: &Client,
-        session: &Session,
+        session: &dyn SessionHandle,
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
         self.create_contender(client, session)?;
-        let my_delay = session.spec().lock_delay.as_millis() as u64;
+        let my_delay = session.lock_delay().as_millis() as u64;
         let mut cushions = Cushions::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
@@ -334,7 +320,7 @@ impl Claim for Semaphore {
         let mut touched = false;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
-        let chain_wait = session.spec().ttl;
+        let chain_wait = session.ttl();
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
@@ -355,7 +341,7 @@ impl Claim for Semaphore {
             let (pairs, meta) = match client.kv_list(&self.prefix, q) {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
-                    if !holder::pause_after_failure(&e, deadline) {
+                    if !claim::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
                     index = 0;
@@ -379,9 +365,9 @@ impl Claim for Semaphore {
                     // The touch after our slot write failed or was never answered.
                     match self.touch(client, &sid) {
                         Ok(()) => touched = true,
-                        Err(e) if holder::is_invalid_session(&e) => {}
+                        Err(e) if claim::is_invalid_session(&e) => {}
                         Err(e) if e.is_retryable() => {
-                            if !holder::pause_after_failure(&e, deadline) {
+                            if !claim::pause_after_failure(&e, deadline) {
                                 return Ok(None);
                             }
                         }
@@ -420,7 +406,7 @@ impl Claim for Semaphore {
             };
             let rank = ahead.len();
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
-            let my_turn = rank < free || timed_out || holder::deadline_passed(deadline);
+            let my_turn = rank < free || timed_out || claim::deadline_passed(deadline);
             if free > 0 && my_turn {
                 state.holders.insert(sid.clone(), true);
                 state.delays.insert(sid.clone(), my_delay);
@@ -443,7 +429,7 @@ impl Claim for Semaphore {
                     Ok(false) => {}
                     // Ambiguous: the next (consistent) read shows whether we are in.
                     Err(e) if e.is_retryable() => {
-                        if !holder::pause_after_failure(&e, deadline) {
+                        if !claim::pause_after_failure(&e, deadline) {
                             return Ok(None);
                         }
                     }
@@ -468,7 +454,7 @@ impl Claim for Semaphore {
                 state.holders.len(),
                 self.limit
             )));
-            if holder::deadline_passed(deadline) {
+            if claim::deadline_passed(deadline) {
                 return Ok(None);
             }
             if free == 0 && rank > 0 {
@@ -481,7 +467,7 @@ impl Claim for Semaphore {
                     if !e.is_retryable() {
                         return Err(e.into());
                     }
-                    if !holder::pause_after_failure(&e, deadline) {
+                    if !claim::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
                 }
@@ -509,7 +495,7 @@ impl Claim for Semaphore {
         session_id: String,
         held: Held,
         policy: MonitorPolicy,
-        events: Sender<Event>,
+        lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
         // Two narrow watches instead of the whole prefix, so other contenders coming
@@ -523,21 +509,21 @@ impl Claim for Semaphore {
         let (c2, s2, e2, stop2) = (
             client.clone(),
             session_id.clone(),
-            events.clone(),
+            lost.clone(),
             stop.clone(),
         );
         std::thread::spawn(move || {
-            holder::watch_key(&c2, &my_key, 0, policy, &e2, &stop2, |pair| {
+            claim::watch_key(&c2, &my_key, 0, policy, &*e2, &stop2, |pair| {
                 me.contender_lost(pair, &s2)
             });
         });
         let lock_key = self.lock_key();
-        holder::watch_key(
+        claim::watch_key(
             &client,
             &lock_key,
             held.modify_index,
             policy,
-            &events,
+            &*lost,
             &stop,
             |pair| {
                 let in_holders = pair
@@ -611,8 +597,8 @@ impl Claim for Semaphore {
         }
     }
 
-    fn guardian_info(&self) -> ClaimInfo {
-        ClaimInfo::Semaphore {
+    fn spec(&self) -> ClaimSpec {
+        ClaimSpec::Semaphore {
             prefix: self.prefix.clone(),
             limit: self.limit,
         }

@@ -1,30 +1,25 @@
-//! What `run` and `sem` share: the session, the wait, the child, and the exit code.
-//! A `Claim` (a lock or a semaphore slot) plugs in how to acquire, watch and release.
+//! The life cycle of a held claim, what `run` and `sem` share: the session, the wait,
+//! the child, supervision, the guardian and the exit code. A `Claim` (a lock or a
+//! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
+
+pub mod guardian;
+pub mod pgroup;
+pub mod session;
+pub mod supervise;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::clock::BootInstant;
-use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
+use crate::claim::{Claim, MonitorPolicy, WaitDisplay};
+use crate::consul::Client;
 use crate::error::{exit, Error, Result};
 use crate::events;
-use crate::guardian::{ClaimInfo, Guardian};
-use crate::session::{Session, SessionRef, SessionSpec};
-use crate::supervise::{self, Child, Event, Outcome, Program, StopPolicy};
 use crate::ui;
-
-/// Blocking-query wait while waiting or watching; Consul caps waits at 10 minutes.
-pub const WATCH_WAIT: Duration = Duration::from_secs(300);
-
-/// How a monitor decides that Consul is unreachable for good.
-#[derive(Debug, Clone, Copy)]
-pub struct MonitorPolicy {
-    /// Failed reads in a row tolerated before the claim counts as lost.
-    pub retries: u32,
-    pub retry_time: Duration,
-}
+use guardian::Guardian;
+use session::{Session, SessionRef, SessionSpec};
+use supervise::{Child, Event, Outcome, Program, StopPolicy};
 
 /// Everything `run`/`sem` need besides the claim itself.
 pub struct HoldSpec {
@@ -38,94 +33,6 @@ pub struct HoldSpec {
     pub min_hold: Option<Duration>,
     /// Stop the command after this long (exit `exit::MAX_TIME`).
     pub max_time: Option<Duration>,
-}
-
-/// The value a holder stores in its key.
-#[derive(Debug, Clone)]
-pub enum HolderValue {
-    /// `--value` or `--value-file`, stored as given.
-    Given(Vec<u8>),
-    /// conlock's default JSON; `started` is stamped at each write, so the successful one
-    /// says when holding began.
-    Default {
-        host: String,
-        command: String,
-        /// The session's lock-delay, so that `status` can tell how long a key left by an
-        /// invalidated session may block new holders.
-        lock_delay: String,
-    },
-}
-
-impl HolderValue {
-    pub fn bytes(&self) -> Vec<u8> {
-        match self {
-            HolderValue::Given(v) => v.clone(),
-            HolderValue::Default {
-                host,
-                command,
-                lock_delay,
-            } => serde_json::to_vec(&serde_json::json!({
-                "host": host,
-                "pid": std::process::id(),
-                "command": command,
-                "started": ui::timestamp(std::time::SystemTime::now()),
-                "lock_delay": lock_delay,
-            }))
-            .expect("json value"),
-        }
-    }
-}
-
-/// What a claim learned when it was acquired.
-#[derive(Debug, Clone)]
-pub struct Held {
-    pub lock_index: u64,
-    /// The key's ModifyIndex right after the acquisition: the fencing token.
-    pub modify_index: u64,
-    /// When the consistent read that showed us holding was sent: the first confirmation.
-    pub confirmed_at: BootInstant,
-}
-
-/// A lock or a semaphore slot.
-pub trait Claim: Send + Sync + 'static {
-    /// For messages: `lock "k"` or `semaphore "p" (limit 2)`.
-    fn describe(&self) -> String;
-    /// Waits until held (`Some`) or until `deadline` (`None`: busy).
-    fn acquire(
-        &self,
-        client: &Client,
-        session: &Session,
-        deadline: Option<Instant>,
-        wait: &WaitDisplay,
-    ) -> Result<Option<Held>>;
-    /// Watches the claim until it is lost (sends `Event::Lost`) or `stop` is set.
-    fn monitor(
-        &self,
-        client: Client,
-        session_id: String,
-        held: Held,
-        policy: MonitorPolicy,
-        events: Sender<Event>,
-        stop: Arc<AtomicBool>,
-    );
-    /// One consistent read that proves the claim is still ours (`Ok(None)`), or says why
-    /// it is not (`Ok(Some(reason))`). Repeated while holding; see `Session::deadline`.
-    fn confirm(
-        &self,
-        client: &Client,
-        session_id: &str,
-    ) -> std::result::Result<Option<String>, ConsulError>;
-    /// Gives the claim back and removes what is no longer needed. Best effort.
-    fn release(&self, client: &Client, session_id: &str);
-    /// Whether the session must be renewed while waiting (a semaphore's contender key
-    /// keeps its place in line; a lock waiter holds nothing).
-    fn renew_while_waiting(&self) -> bool {
-        true
-    }
-    /// What the guardian must release if conlock dies while holding.
-    fn guardian_info(&self) -> ClaimInfo;
-    /// Extra environment for the child.
-    fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
 }
 
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
@@ -211,7 +118,7 @@ fn hold_guarded(
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     let session_id = session.id();
     if let Some(g) = guardian {
-        g.claim(claim.guardian_info());
+        g.claim(claim.spec());
     }
     match session.resume_renewing() {
         Ok(true) => {}
@@ -252,7 +159,7 @@ fn hold_guarded(
     let early_exit = pending.iter().find_map(|e| match e {
         Event::Signal(sig) if TERMINATING.contains(sig) => Some((128 + sig, "interrupted")),
         Event::Lost(reason) => {
-            events::emit("lost", serde_json::json!({ "reason": reason }));
+            supervise::announce_loss(reason, "not starting the command");
             Some((exit::LOST, "lost"))
         }
         _ => None,
@@ -292,11 +199,7 @@ fn hold_guarded(
     // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
     // may already run, so the command must not start.
     if Instant::now() >= session.deadline() {
-        let reason = "the claim could not be confirmed in time before the command started";
-        ui::notice(format_args!(
-            "lock lost: {reason}; not starting the command"
-        ));
-        events::emit("lost", serde_json::json!({ "reason": reason }));
+        supervise::announce_loss(supervise::DEADLINE_PASSED, "not starting the command");
         claim.release(client, &session_id);
         session.destroy();
         return Ok(exit_event(exit::LOST, "lost"));
@@ -326,9 +229,12 @@ fn hold_guarded(
             stop_monitor.clone(),
         );
         let lost = tx.clone();
+        let report: crate::claim::LossReport = Arc::new(move |reason| {
+            let _ = tx.send(Event::Lost(reason));
+        });
         if let Err(e) = std::thread::Builder::new()
             .name("monitor".into())
-            .spawn(move || claim.monitor(client, sid, held, policy, tx, stop))
+            .spawn(move || claim.monitor(client, sid, held, policy, report, stop))
         {
             // Without a monitor the lock cannot be watched: stop as if it were lost.
             let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
@@ -483,10 +389,7 @@ fn min_hold(
             return None;
         }
         let lost = if now >= session_deadline() {
-            Some(
-                "the session could not be renewed in time (Consul unreachable or not answering)"
-                    .to_string(),
-            )
+            Some(supervise::DEADLINE_PASSED.to_string())
         } else {
             let wake = until.min(session_deadline());
             match events.recv_timeout(wake.saturating_duration_since(now)) {
@@ -506,8 +409,7 @@ fn min_hold(
             }
         };
         if let Some(reason) = lost {
-            ui::notice(format_args!("lock lost during --min-hold: {reason}"));
-            events::emit("lost", serde_json::json!({ "reason": reason }));
+            supervise::announce_loss(&reason, "lost during --min-hold, after the command ended");
             return Some(reason);
         }
     }
@@ -586,198 +488,4 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
         })
         .map_err(|e| Error::Other(e.into()))?;
     Ok(())
-}
-
-/// The waiting status: one line on a terminal, progress lines with -v, `waiting` events.
-pub struct WaitDisplay {
-    what: String,
-    started: Instant,
-    /// What the wait is about now, after "waiting for WHAT, " (`None`: nothing yet).
-    state: Arc<Mutex<Option<String>>>,
-    done: Arc<AtomicBool>,
-}
-
-impl WaitDisplay {
-    pub fn start(what: String) -> WaitDisplay {
-        let d = WaitDisplay {
-            what,
-            started: Instant::now(),
-            state: Arc::new(Mutex::new(None)),
-            done: Arc::new(AtomicBool::new(false)),
-        };
-        if ui::stderr_is_terminal() && ui::level() == ui::Level::Normal {
-            let (what, state, done, started) =
-                (d.what.clone(), d.state.clone(), d.done.clone(), d.started);
-            let _ = std::thread::Builder::new()
-                .name("status".into())
-                .spawn(move || {
-                    // Only draw once the wait is noticeable.
-                    std::thread::sleep(Duration::from_millis(300));
-                    while !done.load(Ordering::SeqCst) {
-                        let st = state.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                        let by = st.map(|h| format!(", {h}")).unwrap_or_default();
-                        ui::status_line(&format!(
-                            "conlock: waiting for {what}{by} ({}s)",
-                            started.elapsed().as_secs()
-                        ));
-                        std::thread::sleep(Duration::from_millis(500));
-                    }
-                });
-        }
-        d
-    }
-
-    /// What the wait was about last ("held by …", "free, in lock-delay until about …").
-    pub fn last(&self) -> Option<String> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// How long the wait has lasted.
-    pub fn waited(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    /// Reports who holds the claim now (`None`: nobody, or a lock-delay).
-    pub fn holder(&self, who: Option<String>) {
-        let text = who.as_ref().map(|w| format!("held by {w}"));
-        self.set(
-            text,
-            serde_json::json!({ "holder": who, "holder_session": null, "lock_delay_until": null }),
-        );
-    }
-
-    /// A lock's holder, described, and its session.
-    pub fn held_by(&self, who: String, session: &str) {
-        let text = format!("held by {who}");
-        self.set(
-            Some(text),
-            serde_json::json!({ "holder": who, "holder_session": session, "lock_delay_until": null }),
-        );
-    }
-
-    /// Free, but refused: a lock-delay runs, until about `until` if known.
-    pub fn lock_delay(&self, until: Option<std::time::SystemTime>) {
-        let text = match until {
-            Some(t) => format!("free, in lock-delay until about {}", ui::clock_time(t)),
-            None => "free, in a lock-delay (end unknown: its holder was not seen)".to_string(),
-        };
-        self.set(
-            Some(text),
-            serde_json::json!({
-                "holder": null,
-                "holder_session": null,
-                "lock_delay_until": until.map(ui::timestamp),
-            }),
-        );
-    }
-
-    /// Says what changed (-v, events); the terminal line picks it up.
-    fn set(&self, text: Option<String>, fields: serde_json::Value) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if *st == text {
-            return;
-        }
-        match &text {
-            Some(t) => ui::verbose(format_args!("waiting for {}: {t}", self.what)),
-            None => ui::verbose(format_args!("{} has no holder; trying", self.what)),
-        }
-        if text.is_some() {
-            crate::events::emit("waiting", fields);
-        }
-        *st = text;
-    }
-
-    pub fn finish(&self) {
-        self.done.store(true, Ordering::SeqCst);
-        ui::clear_status();
-    }
-}
-
-/// Pause between tries while Consul cannot be reached during a wait.
-const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
-
-/// After a retryable failure while waiting: says so and pauses. False when `deadline`
-/// has passed (the caller then gives up as busy).
-pub fn pause_after_failure(e: &ConsulError, deadline: Option<Instant>) -> bool {
-    ui::notice(format_args!("{e}; retrying"));
-    if deadline_passed(deadline) {
-        return false;
-    }
-    sleep_until_deadline(UNREACHABLE_RETRY, deadline);
-    true
-}
-
-/// Sleeps `d`, but not past `deadline`.
-pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
-    let d = match deadline {
-        Some(dl) => d.min(dl.saturating_duration_since(Instant::now())),
-        None => d,
-    };
-    std::thread::sleep(d);
-}
-
-pub fn deadline_passed(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-/// Is this error Consul saying our session does not exist (any more)?
-pub fn is_invalid_session(e: &ConsulError) -> bool {
-    match e {
-        ConsulError::Server { body, .. } | ConsulError::Rejected { body, .. } => {
-            body.contains("invalid session") || body.contains("not found")
-        }
-        _ => false,
-    }
-}
-
-/// Follows one key with consistent blocking queries until `lost` says why it is lost
-/// (sent as `Event::Lost`), `stop` is set, or Consul stays unreadable past the retry
-/// policy. After a failed read it starts again from index 0, as Consul's client does: a
-/// proxy that cuts idle connections costs one retry, not the claim, and a server that
-/// lost its state answers at once instead of blocking on an index it never reached.
-pub fn watch_key(
-    client: &Client,
-    key: &str,
-    start_index: u64,
-    policy: MonitorPolicy,
-    events: &Sender<Event>,
-    stop: &AtomicBool,
-    lost: impl Fn(Option<&KvPair>) -> Option<String>,
-) {
-    let mut index = start_index;
-    let mut failures = 0u32;
-    while !stop.load(Ordering::SeqCst) {
-        let q = if index == 0 {
-            QueryOptions::consistent()
-        } else {
-            QueryOptions::blocking(index, WATCH_WAIT).and_consistent()
-        };
-        let reason = match client.kv_get(key, q) {
-            Ok((pair, meta)) => {
-                failures = 0;
-                index = next_index(index, meta.index);
-                lost(pair.as_ref())
-            }
-            Err(e) => {
-                failures += 1;
-                index = 0;
-                if failures > policy.retries {
-                    Some(format!("cannot read {key} after {failures} tries: {e}"))
-                } else {
-                    ui::verbose(format_args!(
-                        "watching {key} failed ({e}); retry {failures} of {}",
-                        policy.retries
-                    ));
-                    std::thread::sleep(policy.retry_time);
-                    None
-                }
-            }
-        };
-        if let Some(reason) = reason {
-            if !stop.load(Ordering::SeqCst) {
-                let _ = events.send(Event::Lost(reason));
-            }
-            return;
-        }
-    }
 }

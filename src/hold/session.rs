@@ -14,10 +14,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::guardian::Guardian;
+use super::supervise::Event;
+use crate::claim::SessionHandle;
 use crate::clock::BootInstant;
 use crate::consul::{Client, ConsulError, SessionRequest};
-use crate::guardian::Guardian;
-use crate::supervise::Event;
 use crate::ui;
 
 /// The shortest time between the last confirmation and the stop signal that conlock
@@ -330,6 +331,28 @@ impl Session {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl SessionHandle for Session {
+    fn id(&self) -> String {
+        Session::id(self)
+    }
+
+    fn lost(&self) -> Option<String> {
+        Session::lost(self)
+    }
+
+    fn recreate(&self) -> Result<(), ConsulError> {
+        Session::recreate(self)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.shared.spec.ttl
+    }
+
+    fn lock_delay(&self) -> Duration {
+        self.shared.spec.lock_delay
     }
 }
 

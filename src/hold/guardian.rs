@@ -25,17 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::claim::ClaimSpec;
 use crate::clock::BootInstant;
 use crate::consul::{Client, ConnConfig};
-use crate::holder::Claim;
 use crate::ui;
-
-/// What the guardian must give back if conlock dies.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ClaimInfo {
-    Lock { key: String },
-    Semaphore { prefix: String, limit: u32 },
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Msg {
@@ -43,7 +36,7 @@ enum Msg {
     /// The session ID and its TTL in milliseconds (for renewing it while survivors run).
     Session(String, u64),
     ProcessGroup(i32),
-    Claim(ClaimInfo),
+    Claim(ClaimSpec),
     /// The moment (CLOCK_BOOTTIME, ns) by which the command's group must be dead.
     Deadline(u64),
     /// The command's group is gone: never signal that process group ID again.
@@ -98,7 +91,7 @@ impl Guardian {
         self.send(&Msg::ProcessGroup(pgid));
     }
 
-    pub fn claim(&self, claim: ClaimInfo) {
+    pub fn claim(&self, claim: ClaimSpec) {
         self.send(&Msg::Claim(claim));
     }
 
@@ -258,7 +251,7 @@ struct Known {
     conn: Option<Box<ConnConfig>>,
     session: Option<(String, Duration)>,
     pgid: Option<i32>,
-    claim: Option<ClaimInfo>,
+    claim: Option<ClaimSpec>,
     deadline: Option<BootInstant>,
     group_gone: bool,
     /// When the watchdog SIGKILLed the group (it then waits to see it gone).
@@ -331,7 +324,7 @@ fn serve(fd: RawFd) -> i32 {
         let mut timeout = timer.arm(watchdog);
         if let (Some(at), Some(p)) = (known.fired, known.live_group()) {
             // Once the killed group is gone its ID may be reused: never signal it again.
-            if crate::pgroup::gone(p) {
+            if super::pgroup::gone(p) {
                 known.group_gone = true;
                 continue;
             }
@@ -427,23 +420,12 @@ fn take_over(known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
     let (Some(client), Some((session, _))) = (client, known.session) else {
         return 0;
     };
-    let what = match &known.claim {
-        Some(ClaimInfo::Lock { key }) => format!("the lock {key:?}"),
-        Some(ClaimInfo::Semaphore { prefix, .. }) => format!("a slot of semaphore {prefix:?}"),
-        None => "nothing".to_string(),
-    };
+    let what = known
+        .claim
+        .as_ref()
+        .map_or_else(|| "nothing".to_string(), ClaimSpec::describe);
     if let Some(c) = known.claim {
-        let claim: Box<dyn Claim> = match c {
-            ClaimInfo::Lock { key } => Box::new(crate::lock::Lock::new(
-                key,
-                crate::holder::HolderValue::Given(Vec::new()),
-            )),
-            ClaimInfo::Semaphore { prefix, limit } => Box::new(crate::semaphore::Semaphore {
-                prefix,
-                limit,
-                value: crate::holder::HolderValue::Given(Vec::new()),
-            }),
-        };
+        let claim = c.build();
         ui::set_level(ui::Level::Quiet);
         claim.release(&client, &session);
     }
@@ -464,7 +446,7 @@ fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say
     let mut surviving = false;
     let mut next_renew = started + SURVIVOR_NOTICE;
     loop {
-        if crate::pgroup::gone(p) {
+        if super::pgroup::gone(p) {
             if surviving {
                 out.say(format!(
                     "the surviving processes of group {p} are gone; releasing"

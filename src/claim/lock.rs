@@ -2,20 +2,19 @@
 //! (Consul's api.Lock): flags `LOCK_FLAGS`, key `<prefix>/.lock` for `--prefix`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::lockdelay::DelayTracker;
+use super::{
+    self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
+    WaitDisplay, WATCH_WAIT,
+};
 use crate::clock::BootInstant;
 use crate::consul::{
     next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, LOCK_FLAGS,
 };
 use crate::error::{Error, Result};
-use crate::guardian::ClaimInfo;
-use crate::holder::{self, Claim, Held, HolderValue, MonitorPolicy, WaitDisplay, WATCH_WAIT};
-use crate::lockdelay::DelayTracker;
-use crate::session::Session;
-use crate::supervise::Event;
 use crate::ui;
 
 pub struct Lock {
@@ -97,7 +96,7 @@ impl Claim for Lock {
     fn acquire(
         &self,
         client: &Client,
-        session: &Session,
+        session: &dyn SessionHandle,
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
@@ -125,7 +124,7 @@ impl Claim for Lock {
             let (pair, meta) = match read {
                 Ok(r) => r,
                 Err(e) if e.is_retryable() => {
-                    if !holder::pause_after_failure(&e, deadline) {
+                    if !claim::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
                     index = 0;
@@ -143,7 +142,7 @@ impl Claim for Lock {
                             Ok(Some(h)) => return Ok(Some(h)),
                             Ok(None) => {}
                             Err(e) if e.is_retryable() => {
-                                if !holder::pause_after_failure(&e, deadline) {
+                                if !claim::pause_after_failure(&e, deadline) {
                                     return Ok(None);
                                 }
                             }
@@ -156,12 +155,12 @@ impl Claim for Lock {
                         // Once per holder: who it is, for the message, and its lock-delay,
                         // which can only be read while it holds. conlock's own value says
                         // both; only another tool's holder costs a session lookup.
-                        let info = crate::ops::holder_from_value(p, h)
-                            .unwrap_or_else(|| crate::ops::holder(client, p, h));
+                        let info = super::describe::holder_from_value(p, h)
+                            .unwrap_or_else(|| super::describe::holder(client, p, h));
                         delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
                         wait.held_by(info.describe(), h);
                     }
-                    if holder::deadline_passed(deadline) {
+                    if claim::deadline_passed(deadline) {
                         return Ok(None);
                     }
                     continue;
@@ -198,7 +197,7 @@ impl Claim for Lock {
                         }
                         Ok(_) => {}
                         Err(e) if e.is_retryable() => {
-                            if !holder::pause_after_failure(&e, deadline) {
+                            if !claim::pause_after_failure(&e, deadline) {
                                 return Ok(None);
                             }
                             index = 0;
@@ -210,13 +209,13 @@ impl Claim for Lock {
                     // changes on the server until it ends, so sleep.
                     let retry = delay.refused();
                     wait.lock_delay(retry.until);
-                    if holder::deadline_passed(deadline) {
+                    if claim::deadline_passed(deadline) {
                         return Ok(None);
                     }
-                    holder::sleep_until_deadline(retry.after, deadline);
+                    claim::sleep_until_deadline(retry.after, deadline);
                     index = 0;
                 }
-                Err(e) if holder::is_invalid_session(&e) => {
+                Err(e) if claim::is_invalid_session(&e) => {
                     ui::verbose(format_args!(
                         "session {session_id} is gone ({e}); creating a new one"
                     ));
@@ -224,7 +223,7 @@ impl Claim for Lock {
                     index = 0;
                 }
                 Err(e) if e.is_retryable() => {
-                    if !holder::pause_after_failure(&e, deadline) {
+                    if !claim::pause_after_failure(&e, deadline) {
                         return Ok(None);
                     }
                     index = 0;
@@ -240,15 +239,15 @@ impl Claim for Lock {
         session_id: String,
         held: Held,
         policy: MonitorPolicy,
-        events: Sender<Event>,
+        lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
-        holder::watch_key(
+        claim::watch_key(
             &client,
             &self.key,
             held.modify_index,
             policy,
-            &events,
+            &*lost,
             &stop,
             |pair| self.lost_because(pair, &session_id),
         );
@@ -300,8 +299,8 @@ impl Claim for Lock {
         false
     }
 
-    fn guardian_info(&self) -> ClaimInfo {
-        ClaimInfo::Lock {
+    fn spec(&self) -> ClaimSpec {
+        ClaimSpec::Lock {
             key: self.key.clone(),
         }
     }

@@ -23,8 +23,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use super::guardian::Guardian;
 use crate::error::{Error, Result};
-use crate::guardian::Guardian;
 use crate::ui;
 
 /// What the supervising loop reacts to.
@@ -322,7 +322,7 @@ impl Child {
     /// True while any process of the group is alive. EPERM means a member exists that
     /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        !crate::pgroup::gone(self.pid.as_raw())
+        !super::pgroup::gone(self.pid.as_raw())
     }
 
     /// Live descendants that left the group and were re-parented to conlock.
@@ -422,6 +422,19 @@ impl Child {
     }
 }
 
+/// Why a claim counts as lost when its deadline passed (see `Session::deadline`).
+pub const DEADLINE_PASSED: &str =
+    "the claim could not be confirmed in time (Consul unreachable or not answering)";
+
+/// The one place a loss is announced, after the command was signalled (printing may
+/// block): the message and the `lost` event. `then` says what conlock does about it.
+/// Why it was lost is decided by the claim (`Claim::confirm`, `Claim::monitor`) and by
+/// the session (`Session::deadline`, renewals).
+pub fn announce_loss(reason: &str, then: &str) {
+    ui::notice(format_args!("lock lost: {reason}; {then}"));
+    crate::events::emit("lost", serde_json::json!({ "reason": reason }));
+}
+
 /// How to stop the child when the lock is lost or conlock is asked to stop.
 #[derive(Debug, Clone, Copy)]
 pub struct StopPolicy {
@@ -464,8 +477,7 @@ pub fn supervise(
                 stopped: &mut HashSet<(i32, u64)>| {
         child.stop_all(policy.kill_signal, stopped);
         kill_at.get_or_insert(Instant::now() + policy.grace);
-        ui::notice(format_args!("lock lost: {reason}; stopping the command"));
-        crate::events::emit("lost", serde_json::json!({ "reason": reason }));
+        announce_loss(&reason, "stopping the command");
         *lost = Some(reason);
     };
     while status.is_none() {
@@ -541,8 +553,7 @@ pub fn supervise(
         let now = Instant::now();
         if lost.is_none() && status.is_none() && now >= session_deadline() {
             lose(
-                "the session could not be renewed in time (Consul unreachable or not answering)"
-                    .to_string(),
+                DEADLINE_PASSED.to_string(),
                 &mut lost,
                 &mut kill_at,
                 &mut stopped,

@@ -1,0 +1,257 @@
+//! The claims: what it means to hold a lock or a semaphore slot, how to wait for one,
+//! watch it, confirm it and give it back. Below the hold life cycle (`crate::hold`), above
+//! the Consul client: nothing here knows about processes, signals or the guardian.
+
+pub mod describe;
+pub mod lock;
+pub mod lockdelay;
+pub mod semaphore;
+pub mod waiting;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::BootInstant;
+use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
+use crate::error::Result;
+use crate::ui;
+
+pub use waiting::WaitDisplay;
+
+/// Blocking-query wait while waiting or watching; Consul caps waits at 10 minutes.
+pub const WATCH_WAIT: Duration = Duration::from_secs(300);
+
+/// How a monitor decides that Consul is unreachable for good.
+#[derive(Debug, Clone, Copy)]
+pub struct MonitorPolicy {
+    /// Failed reads in a row tolerated before the claim counts as lost.
+    pub retries: u32,
+    pub retry_time: Duration,
+}
+
+/// The value a holder stores in its key.
+#[derive(Debug, Clone)]
+pub enum HolderValue {
+    /// `--value` or `--value-file`, stored as given.
+    Given(Vec<u8>),
+    /// conlock's default JSON; `started` is stamped at each write, so the successful one
+    /// says when holding began.
+    Default {
+        host: String,
+        command: String,
+        /// The session's lock-delay, so that `status` can tell how long a key left by an
+        /// invalidated session may block new holders.
+        lock_delay: String,
+    },
+}
+
+impl HolderValue {
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            HolderValue::Given(v) => v.clone(),
+            HolderValue::Default {
+                host,
+                command,
+                lock_delay,
+            } => serde_json::to_vec(&serde_json::json!({
+                "host": host,
+                "pid": std::process::id(),
+                "command": command,
+                "started": ui::timestamp(std::time::SystemTime::now()),
+                "lock_delay": lock_delay,
+            }))
+            .expect("json value"),
+        }
+    }
+}
+
+/// What a claim learned when it was acquired.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub lock_index: u64,
+    /// The key's ModifyIndex right after the acquisition: the fencing token.
+    pub modify_index: u64,
+    /// When the consistent read that showed us holding was sent: the first confirmation.
+    pub confirmed_at: BootInstant,
+}
+
+/// What the session keeper (`crate::hold`) offers a claim while it waits.
+pub trait SessionHandle {
+    /// The current session ID (it changes on `recreate`).
+    fn id(&self) -> String;
+    /// Why the session is known to be gone, if it is.
+    fn lost(&self) -> Option<String>;
+    /// Replaces a lost session by a new one.
+    fn recreate(&self) -> std::result::Result<(), ConsulError>;
+    fn ttl(&self) -> Duration;
+    /// The effective lock-delay (a semaphore holder's cushion).
+    fn lock_delay(&self) -> Duration;
+}
+
+/// Where a monitor reports a loss (the hold life cycle stops the command).
+pub type LossReport = Arc<dyn Fn(String) + Send + Sync>;
+
+/// A claim as data: what the guardian must give back if conlock dies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ClaimSpec {
+    Lock { key: String },
+    Semaphore { prefix: String, limit: u32 },
+}
+
+impl ClaimSpec {
+    /// The claim, able to release (its stored value is not needed for that).
+    pub fn build(&self) -> Box<dyn Claim> {
+        match self.clone() {
+            ClaimSpec::Lock { key } => {
+                Box::new(lock::Lock::new(key, HolderValue::Given(Vec::new())))
+            }
+            ClaimSpec::Semaphore { prefix, limit } => Box::new(semaphore::Semaphore {
+                prefix,
+                limit,
+                value: HolderValue::Given(Vec::new()),
+            }),
+        }
+    }
+
+    /// For messages: `the lock "k"` or `a slot of semaphore "p"`.
+    pub fn describe(&self) -> String {
+        match self {
+            ClaimSpec::Lock { key } => format!("the lock {key:?}"),
+            ClaimSpec::Semaphore { prefix, .. } => format!("a slot of semaphore {prefix:?}"),
+        }
+    }
+}
+
+/// A lock or a semaphore slot.
+pub trait Claim: Send + Sync + 'static {
+    /// For messages: `lock "k"` or `semaphore "p" (limit 2)`.
+    fn describe(&self) -> String;
+    /// Waits until held (`Some`) or until `deadline` (`None`: busy).
+    fn acquire(
+        &self,
+        client: &Client,
+        session: &dyn SessionHandle,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>>;
+    /// Watches the claim until it is lost (calls `lost` with the reason) or `stop` is set.
+    fn monitor(
+        &self,
+        client: Client,
+        session_id: String,
+        held: Held,
+        policy: MonitorPolicy,
+        lost: LossReport,
+        stop: Arc<AtomicBool>,
+    );
+    /// One consistent read that proves the claim is still ours (`Ok(None)`), or says why
+    /// it is not (`Ok(Some(reason))`). Repeated while holding; see `Session::deadline`.
+    fn confirm(
+        &self,
+        client: &Client,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, ConsulError>;
+    /// Gives the claim back and removes what is no longer needed. Best effort.
+    fn release(&self, client: &Client, session_id: &str);
+    /// Whether the session must be renewed while waiting (a semaphore's contender key
+    /// keeps its place in line; a lock waiter holds nothing).
+    fn renew_while_waiting(&self) -> bool {
+        true
+    }
+    /// The claim as data (for the guardian, which rebuilds it with `ClaimSpec::build`).
+    fn spec(&self) -> ClaimSpec;
+    /// Extra environment for the child.
+    fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)>;
+}
+
+/// Pause between tries while Consul cannot be reached during a wait.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// After a retryable failure while waiting: says so and pauses. False when `deadline`
+/// has passed (the caller then gives up as busy).
+pub fn pause_after_failure(e: &ConsulError, deadline: Option<Instant>) -> bool {
+    ui::notice(format_args!("{e}; retrying"));
+    if deadline_passed(deadline) {
+        return false;
+    }
+    sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+    true
+}
+
+/// Sleeps `d`, but not past `deadline`.
+pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
+    let d = match deadline {
+        Some(dl) => d.min(dl.saturating_duration_since(Instant::now())),
+        None => d,
+    };
+    std::thread::sleep(d);
+}
+
+pub fn deadline_passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Is this error Consul saying our session does not exist (any more)?
+pub fn is_invalid_session(e: &ConsulError) -> bool {
+    match e {
+        ConsulError::Server { body, .. } | ConsulError::Rejected { body, .. } => {
+            body.contains("invalid session") || body.contains("not found")
+        }
+        _ => false,
+    }
+}
+
+/// Follows one key with consistent blocking queries until `lost` says why it is lost
+/// (passed to `report`), `stop` is set, or Consul stays unreadable past the retry
+/// policy. After a failed read it starts again from index 0, as Consul's client does: a
+/// proxy that cuts idle connections costs one retry, not the claim, and a server that
+/// lost its state answers at once instead of blocking on an index it never reached.
+pub fn watch_key(
+    client: &Client,
+    key: &str,
+    start_index: u64,
+    policy: MonitorPolicy,
+    report: &dyn Fn(String),
+    stop: &AtomicBool,
+    lost: impl Fn(Option<&KvPair>) -> Option<String>,
+) {
+    let mut index = start_index;
+    let mut failures = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        let q = if index == 0 {
+            QueryOptions::consistent()
+        } else {
+            QueryOptions::blocking(index, WATCH_WAIT).and_consistent()
+        };
+        let reason = match client.kv_get(key, q) {
+            Ok((pair, meta)) => {
+                failures = 0;
+                index = next_index(index, meta.index);
+                lost(pair.as_ref())
+            }
+            Err(e) => {
+                failures += 1;
+                index = 0;
+                if failures > policy.retries {
+                    Some(format!("cannot read {key} after {failures} tries: {e}"))
+                } else {
+                    ui::verbose(format_args!(
+                        "watching {key} failed ({e}); retry {failures} of {}",
+                        policy.retries
+                    ));
+                    std::thread::sleep(policy.retry_time);
+                    None
+                }
+            }
+        };
+        if let Some(reason) = reason {
+            if !stop.load(Ordering::SeqCst) {
+                report(reason);
+            }
+            return;
+        }
+    }
+}
