@@ -318,6 +318,7 @@ impl Claim for Semaphore {
         // Our key was written after our slot was: its ModifyIndex, the fencing token, is
         // then later than every earlier holder's.
         let mut touched = false;
+        let mut touched_as = session.id();
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
         let chain_wait = session.ttl();
@@ -327,6 +328,10 @@ impl Claim for Semaphore {
                 self.create_contender(client, session)?;
             }
             let sid = session.id();
+            if sid != touched_as {
+                touched = false;
+                touched_as = sid.clone();
+            }
             // Plain reads are consistent: the one that shows us holding is the first
             // confirmation (see `Session::deadline`).
             let consistent = index == 0;
@@ -410,6 +415,9 @@ impl Claim for Semaphore {
             if free > 0 && my_turn {
                 state.holders.insert(sid.clone(), true);
                 state.delays.insert(sid.clone(), my_delay);
+                // Only a touch after this write makes the token later than the holders
+                // before us (an earlier touch, of an earlier session or write, does not).
+                touched = false;
                 match self.write_lock(client, &view, &state) {
                     Ok(true) => {
                         // Touch our key: that wakes the waiter behind us, and it fails if

@@ -314,6 +314,7 @@ fn serve(fd: RawFd) -> i32 {
             // A newer deadline may wait unread in the pipe: read it first.
             if at.has_passed() && !readable(fd) {
                 unsafe { libc::kill(-p, libc::SIGKILL) };
+                kill_descendants(conlock_pid);
                 known.fired = Some(Instant::now());
                 out.say(format!(
                     "conlock (pid {conlock_pid}) is stopped or stuck past its deadline; SIGKILLed its command's process group {p}"
@@ -323,6 +324,9 @@ fn serve(fd: RawFd) -> i32 {
         }
         let mut timeout = timer.arm(watchdog);
         if let (Some(at), Some(p)) = (known.fired, known.live_group()) {
+            // Processes that left the group are re-parented to conlock as their parents
+            // in the group die: they get SIGKILL too.
+            kill_descendants(conlock_pid);
             // Once the killed group is gone its ID may be reused: never signal it again.
             if super::pgroup::gone(p) {
                 known.group_gone = true;
@@ -596,5 +600,14 @@ fn write_stderr(mut bytes: &[u8]) {
         } else {
             return;
         }
+    }
+}
+
+/// SIGKILLs every live descendant of a stopped or stuck conlock but the guardian: the
+/// command's group and whatever left it (`setsid`), re-parented to conlock or not.
+fn kill_descendants(conlock_pid: i32) {
+    let me = std::process::id() as i32;
+    for (pid, st) in super::supervise::descendants(conlock_pid, &[me]) {
+        super::supervise::signal_if_same(pid, st.start(), libc::SIGKILL);
     }
 }

@@ -234,7 +234,19 @@ fn hold_guarded(
         });
         if let Err(e) = std::thread::Builder::new()
             .name("monitor".into())
-            .spawn(move || claim.monitor(client, sid, held, policy, report, stop))
+            .spawn(move || {
+                // A job that ends within this costs no request for its monitor. A loss
+                // meanwhile is still seen at once after it (the watch starts from the
+                // acquisition's index), and the deadline does not depend on the monitor.
+                let start = Instant::now() + MONITOR_DELAY;
+                while Instant::now() < start {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                claim.monitor(client, sid, held, policy, report, stop)
+            })
         {
             // Without a monitor the lock cannot be watched: stop as if it were lost.
             let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
@@ -318,6 +330,9 @@ fn hold_guarded(
     }
     Ok(exit_event(code, how))
 }
+
+/// How long after the spawn the monitor sends its first query.
+const MONITOR_DELAY: Duration = Duration::from_millis(50);
 
 /// Total time for releasing and destroying the session once the command is gone.
 pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);

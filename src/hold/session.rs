@@ -406,10 +406,12 @@ fn renew_loop(shared: &Shared) {
     let ttl = spec.ttl;
     let every = spec.confirm_every();
     let retry_every = (ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(1));
-    // Long enough for a busy agent, short enough that a request stuck on a dead
-    // connection leaves time for another try inside the window.
+    // A renewal shares the thread with the confirmations: it never delays the next one
+    // (renewals have TTL/2 of slack for retries).
+    let renew_timeout = (ttl / 3).min(Duration::from_secs(5)).min(every);
+    // A confirmation may take longer (a busy agent) but never past the deadline, when it
+    // would be too late anyway.
     let bound = every.max(Duration::from_millis(500));
-    let renew_timeout = (ttl / 3).min(Duration::from_secs(5)).min(bound);
     let confirm_retry = (every / 3).max(Duration::from_millis(50));
     let mut next = Instant::now() + ttl / 2;
     let mut next_confirm: Option<Instant> = None;

@@ -24,6 +24,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::guardian::Guardian;
+use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::ui;
 
@@ -369,11 +370,10 @@ impl Child {
     /// too, so that the shell gets its prompt (as sudo does). Returns once conlock is
     /// continued (`fg`, `bg`).
     fn suspend_with(&self, sig: i32) {
-        // Processes that left the group did not get the terminal's stop signal: stop them
-        // too, so that nothing of the command runs while conlock does not renew.
-        for p in self.escapees() {
-            p.signal(Signal::SIGSTOP);
-        }
+        // Processes that left the group (re-parented to conlock, or still below a parent
+        // in the group) did not get the terminal's stop signal: stop them too, so that
+        // nothing of the command runs while conlock does not renew.
+        self.signal_outside_group(libc::SIGSTOP);
         unsafe {
             if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == self.pid.as_raw() {
                 give_terminal(libc::getpgrp());
@@ -409,8 +409,17 @@ impl Child {
             }
         }
         self.signal_group(Signal::SIGCONT);
-        for p in self.escapees() {
-            p.signal(Signal::SIGCONT);
+        self.signal_outside_group(libc::SIGCONT);
+    }
+
+    /// `sig` to every descendant of conlock outside the command's group, except what
+    /// conlock had before the command (the guardian).
+    fn signal_outside_group(&self, sig: i32) {
+        let prior: Vec<i32> = self.prior.iter().map(|&(p, _)| p).collect();
+        for (pid, st) in descendants(std::process::id() as i32, &prior) {
+            if st.pgrp != self.pid.as_raw() {
+                signal_if_same(pid, st.start, sig);
+            }
         }
     }
 
@@ -471,12 +480,21 @@ pub fn supervise(
     let mut stopped = HashSet::new();
     // Signal first, print after: the message may block (a full stderr pipe) or, before
     // SIGTTOU was ignored, stop conlock; the command must be stopped regardless.
+    // `since`: when the loss happened; the grace counts from there (a deadline that
+    // passed while conlock could not run leaves less grace, or none: then SIGKILL only,
+    // with no SIGCONT that would let the command run its handler beside a new holder).
     let lose = |reason: String,
+                since: Instant,
                 lost: &mut Option<String>,
                 kill_at: &mut Option<Instant>,
                 stopped: &mut HashSet<(i32, u64)>| {
-        child.stop_all(policy.kill_signal, stopped);
-        kill_at.get_or_insert(Instant::now() + policy.grace);
+        let at = since + policy.grace;
+        if Instant::now() < at {
+            child.stop_all(policy.kill_signal, stopped);
+        } else {
+            child.stop_all(Signal::SIGKILL, stopped);
+        }
+        *kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
         announce_loss(&reason, "stopping the command");
         *lost = Some(reason);
     };
@@ -510,7 +528,13 @@ pub fn supervise(
             }
             Ok(Event::Lost(reason)) => {
                 if lost.is_none() {
-                    lose(reason, &mut lost, &mut kill_at, &mut stopped);
+                    lose(
+                        reason,
+                        Instant::now(),
+                        &mut lost,
+                        &mut kill_at,
+                        &mut stopped,
+                    );
                 }
             }
             Ok(Event::MaxTime(why)) => {
@@ -524,16 +548,18 @@ pub fn supervise(
             Ok(Event::Stopped(sig)) => {
                 // While stopping the command, a stop must not stop conlock too.
                 if lost.is_none() && !timed_out {
-                    let deadline = session_deadline();
+                    // On CLOCK_BOOTTIME: a suspend while stopped counts.
+                    let deadline = BootInstant::from_instant(session_deadline());
                     ui::verbose(format_args!(
                         "the command stopped on signal {sig}; stopping conlock too"
                     ));
                     child.suspend_with(sig);
                     // Continued. The session was not renewed meanwhile: a deadline that
                     // passed while stopped is a loss, and the command must not run on.
-                    if Instant::now() >= deadline {
+                    if deadline.has_passed() {
                         lose(
                             "the session deadline passed while conlock was stopped".into(),
+                            deadline.to_instant(),
                             &mut lost,
                             &mut kill_at,
                             &mut stopped,
@@ -551,9 +577,11 @@ pub fn supervise(
             }
         }
         let now = Instant::now();
-        if lost.is_none() && status.is_none() && now >= session_deadline() {
+        let due = session_deadline();
+        if lost.is_none() && status.is_none() && now >= due {
             lose(
                 DEADLINE_PASSED.to_string(),
+                due,
                 &mut lost,
                 &mut kill_at,
                 &mut stopped,
@@ -690,12 +718,19 @@ impl Proc {
     }
 }
 
-struct Stat {
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stat {
     state: u8,
     ppid: i32,
     pgrp: i32,
     session: i32,
     start: u64,
+}
+
+impl Stat {
+    pub(super) fn start(&self) -> u64 {
+        self.start
+    }
 }
 
 /// Fields of /proc/<pid>/stat; the command name may contain spaces and parentheses.
@@ -711,6 +746,38 @@ fn proc_stat(pid: i32) -> Option<Stat> {
         session: f.get(3)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
     })
+}
+
+/// Every live (not zombie) descendant of `root`, leaving out the subtrees of `skip`.
+pub(super) fn descendants(root: i32, skip: &[i32]) -> Vec<(i32, Stat)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<(i32, Stat)> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, proc_stat(pid)?)))
+        .collect();
+    let mut out = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for (pid, st) in &all {
+            if st.ppid == parent && !skip.contains(pid) && *pid != root {
+                parents.push(*pid);
+                if st.state != b'Z' {
+                    out.push((*pid, *st));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Signals `pid` only if it is still the process that started at `start` (a reused pid
+/// is left alone; the window between the check and the signal is a few microseconds).
+pub(super) fn signal_if_same(pid: i32, start: u64, sig: i32) {
+    if proc_stat(pid).is_some_and(|st| st.start == start) {
+        unsafe { libc::kill(pid, sig) };
+    }
 }
 
 /// conlock's live (not zombie) children outside process group `pgid` and not in `prior`.

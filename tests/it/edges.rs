@@ -1,21 +1,21 @@
 //! Operators' rough edges (issue 14) and bad input refused before any request
 //! (issue 11, cases 11 and 12).
 
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use assert_cmd::assert::Assert;
+use assert_cmd::prelude::*;
 use conlock::consul::{PutOptions, QueryOptions, SessionRequest, LOCK_FLAGS};
 use conlock::devserver::DevServer;
+use predicates::prelude::*;
+use predicates::str::contains;
 
 use crate::common::{start_server, start_server_with};
 use crate::harness::*;
 use crate::schema::assert_status_valid;
 
 const LONG: Duration = Duration::from_secs(60);
-
-fn run_out(server: &DevServer, args: &[&str]) -> Output {
-    conlock(server).args(args).output().unwrap()
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -34,17 +34,18 @@ fn status_json(server: &DevServer, args: &[&str]) -> (Option<i32>, serde_json::V
     (o.status.code(), j)
 }
 
-/// Asserts exit 125, a message containing `want`, and that no request reached `server`.
-fn refused_before_any_request(server: &DevServer, o: &Output, want: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(err.contains(want), "wanted {want:?} in {err}");
+/// Runs `cmd` and asserts exit 125, a message containing `want`, and that no request
+/// reached `server`.
+fn refused_before_any_request(server: &DevServer, cmd: &mut Command, want: &str) -> Assert {
+    let a = cmd.assert().code(125).stderr(contains(want));
+    let err = stderr(a.get_output());
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert_eq!(
         server.request_count(),
         0,
         "a request reached the server: {err}"
     );
+    a
 }
 
 #[test]
@@ -57,23 +58,33 @@ fn keys_with_empty_dot_or_dotdot_segments_are_refused_first() {
             vec!["watch", "--key", key],
             vec!["break", "--key", key, "--yes"],
         ] {
-            let o = run_out(&server, &args);
-            refused_before_any_request(&server, &o, "Consul cannot store such a key");
+            refused_before_any_request(
+                &server,
+                conlock(&server).args(&args),
+                "Consul cannot store such a key",
+            );
         }
         for args in [
             vec!["run", "--prefix", key, "--", "true"],
             vec!["sem", "--limit", "2", "--prefix", key, "--", "true"],
             vec!["status", "--prefix", key],
         ] {
-            let o = run_out(&server, &args);
-            refused_before_any_request(&server, &o, "Consul cannot store such a key");
+            refused_before_any_request(
+                &server,
+                conlock(&server).args(&args),
+                "Consul cannot store such a key",
+            );
         }
     }
     // What Consul accepts stays accepted: a trailing slash on a key, slashes around a prefix.
-    let o = run_out(&server, &["run", "--key", "dir/", "--", "true"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let o = run_out(&server, &["status", "--prefix", "/p/"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    conlock(&server)
+        .args(["run", "--key", "dir/", "--", "true"])
+        .assert()
+        .success();
+    conlock(&server)
+        .args(["status", "--prefix", "/p/"])
+        .assert()
+        .code(1);
 }
 
 #[test]
@@ -122,15 +133,16 @@ fn files_are_read_up_to_their_limit() {
     ];
     for (flags, env, want) in cases {
         let started = Instant::now();
-        let o = conlock(&server)
-            .args(["run", "--key", "k"])
-            .args(flags)
-            .envs(env.iter().copied())
-            .args(["--", "true"])
-            .output()
-            .unwrap();
-        refused_before_any_request(&server, &o, want);
-        assert!(stderr(&o).contains("/dev/zero"), "{}", stderr(&o));
+        refused_before_any_request(
+            &server,
+            conlock(&server)
+                .args(["run", "--key", "k"])
+                .args(flags)
+                .envs(env.iter().copied())
+                .args(["--", "true"]),
+            want,
+        )
+        .stderr(contains("/dev/zero"));
         // Unbounded, /dev/zero is read until memory runs out.
         assert!(started.elapsed() < Duration::from_secs(30));
     }
@@ -139,63 +151,53 @@ fn files_are_read_up_to_their_limit() {
 #[test]
 fn a_token_with_a_control_character_is_refused_first() {
     let server = start_server();
-    let o = run_out(&server, &["status", "--key", "k", "--token", "abc\u{1}def"]);
     refused_before_any_request(
         &server,
-        &o,
+        conlock(&server).args(["status", "--key", "k", "--token", "abc\u{1}def"]),
         "the ACL token from --token contains a control character",
     );
-    let o = conlock(&server)
-        .env("CONSUL_HTTP_TOKEN", "abc\tdef")
-        .args(["status", "--key", "k"])
-        .output()
-        .unwrap();
-    refused_before_any_request(&server, &o, "ACL token from CONSUL_HTTP_TOKEN contains");
+    refused_before_any_request(
+        &server,
+        conlock(&server)
+            .env("CONSUL_HTTP_TOKEN", "abc\tdef")
+            .args(["status", "--key", "k"]),
+        "ACL token from CONSUL_HTTP_TOKEN contains",
+    );
 }
 
 #[test]
 fn a_denial_without_a_token_says_to_set_one() {
     let server = start_server_with(|o| o.acl_token = Some("secret".into()));
-    let o = run_out(&server, &["status", "--key", "k"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("no ACL token was sent: set CONSUL_HTTP_TOKEN"),
-        "{err}"
-    );
-    assert!(!err.contains("from no token"), "{err}");
-    let o = run_out(&server, &["status", "--key", "k", "--token", "wrong"]);
-    assert!(
-        stderr(&o).contains("check the ACL token from --token"),
-        "{}",
-        stderr(&o)
-    );
+    conlock(&server)
+        .args(["status", "--key", "k"])
+        .assert()
+        .code(125)
+        .stderr(contains("no ACL token was sent: set CONSUL_HTTP_TOKEN"))
+        .stderr(contains("from no token").not());
+    conlock(&server)
+        .args(["status", "--key", "k", "--token", "wrong"])
+        .assert()
+        .stderr(contains("check the ACL token from --token"));
 }
 
 #[test]
 fn address_schemes_are_case_insensitive_and_https_to_http_is_explained() {
     let server = start_server();
-    let o = conlock(&server)
+    conlock(&server)
         .env("CONSUL_HTTP_ADDR", format!("HTTP://{}", server.addr()))
         .args(["status", "--key", "k"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let o = conlock(&server)
+        .assert()
+        .code(1);
+    conlock(&server)
         .env("CONSUL_HTTP_ADDR", format!("https://{}", server.addr()))
         .args(["status", "--key", "k"])
-        .output()
-        .unwrap();
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains(&format!(
+        .assert()
+        .code(125)
+        .stderr(contains(format!(
             "the agent at {} answered plain HTTP; use http:// or check CONSUL_HTTP_SSL",
             server.addr()
-        )),
-        "{err}"
-    );
-    assert!(!err.contains("InvalidContentType"), "{err}");
+        )))
+        .stderr(contains("InvalidContentType").not());
 }
 
 #[test]
@@ -235,36 +237,31 @@ fn a_huge_command_line_is_cut_in_the_default_value() {
 #[test]
 fn migration_hints_for_shell_lines_and_missing_interpreters() {
     let server = start_server();
-    let o = run_out(&server, &["run", "--key", "k", "--", "echo a && echo b"]);
-    assert_eq!(o.status.code(), Some(127));
-    assert!(
-        stderr(&o).contains(
-            "command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)"
-        ),
-        "{}",
-        stderr(&o)
-    );
-    let o = run_out(&server, &["run", "--key", "k", "--", "no-such-command-xyz"]);
-    assert_eq!(o.status.code(), Some(127));
-    assert!(!stderr(&o).contains("--shell"), "{}", stderr(&o));
+    conlock(&server)
+        .args(["run", "--key", "k", "--", "echo a && echo b"])
+        .assert()
+        .code(127)
+        .stderr(contains(
+            "command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)",
+        ));
+    conlock(&server)
+        .args(["run", "--key", "k", "--", "no-such-command-xyz"])
+        .assert()
+        .code(127)
+        .stderr(contains("--shell").not());
 
     let script = scratch("interp").join("job.sh");
     std::fs::write(&script, "#!/nonexistent/bin/bash\necho hi\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = run_out(
-        &server,
-        &["run", "--key", "k", "--", script.to_str().unwrap()],
-    );
-    assert_eq!(o.status.code(), Some(127));
-    assert!(
-        stderr(&o).contains(&format!(
+    conlock(&server)
+        .args(["run", "--key", "k", "--", script.to_str().unwrap()])
+        .assert()
+        .code(127)
+        .stderr(contains(format!(
             "interpreter /nonexistent/bin/bash of script {} not found",
             script.display()
-        )),
-        "{}",
-        stderr(&o)
-    );
+        )));
     assert_eq!(server.request_count(), 0);
 }
 
@@ -275,17 +272,17 @@ fn negative_durations_get_a_correct_hint() {
         ["run", "--key", "k", "--timeout", "-5s", "--", "true"],
         ["run", "--key", "k", "--timeout=-5s", "--", "true", "x"],
     ] {
-        let o = run_out(&server, &args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(125));
-        assert!(err.contains("durations cannot be negative"), "{err}");
-        assert!(!err.contains("'-- -5"), "{err}");
+        conlock(&server)
+            .args(args)
+            .assert()
+            .code(125)
+            .stderr(contains("durations cannot be negative"))
+            .stderr(contains("'-- -5").not());
     }
-    let o = run_out(
-        &server,
-        &["run", "--key", "k", "--busy-exit-code", "-5", "--", "true"],
-    );
-    assert!(!stderr(&o).contains("'-- -5'"), "{}", stderr(&o));
+    conlock(&server)
+        .args(["run", "--key", "k", "--busy-exit-code", "-5", "--", "true"])
+        .assert()
+        .stderr(contains("'-- -5'").not());
     assert_eq!(server.request_count(), 0);
 }
 
@@ -293,9 +290,8 @@ fn negative_durations_get_a_correct_hint() {
 fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
     let server = start_server();
     // A lock-delay over Consul's cap gives a warning; -v stamps it like the rest.
-    let o = run_out(
-        &server,
-        &[
+    let o = conlock(&server)
+        .args([
             "-v",
             "run",
             "--key",
@@ -306,14 +302,13 @@ fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
             "sh",
             "-c",
             "kill -9 $$",
-        ],
-    );
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(137), "{err}");
-    assert!(
-        err.contains("command was killed by signal 9 (SIGKILL; exit code 137)"),
-        "{err}"
-    );
+        ])
+        .assert()
+        .code(137)
+        .stderr(contains(
+            "command was killed by signal 9 (SIGKILL; exit code 137)",
+        ));
+    let err = stderr(o.get_output());
     for line in err.lines() {
         let stamp = line.split(' ').next().unwrap();
         assert!(
@@ -321,10 +316,9 @@ fn signal_deaths_are_named_and_every_verbose_line_is_stamped() {
             "line without a timestamp: {line}"
         );
     }
-    assert!(
-        err.contains("conlock: warning: --lock-delay 2m0s is more than Consul applies"),
-        "{err}"
-    );
+    o.stderr(contains(
+        "conlock: warning: --lock-delay 2m0s is more than Consul applies",
+    ));
 }
 
 #[test]
@@ -346,8 +340,10 @@ fn watch_and_status_name_the_target_alike() {
         line.trim_end().ends_with("free     lock w1/.lock"),
         "{line}"
     );
-    let o = run_out(&server, &["status", "--prefix", "w1"]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("lock:  w1/.lock"));
+    conlock(&server)
+        .args(["status", "--prefix", "w1"])
+        .assert()
+        .stdout(contains("lock:  w1/.lock"));
 }
 
 #[test]
@@ -387,8 +383,10 @@ fn status_json_keeps_one_shape_per_kind() {
         (Some(0), Some("semaphore"), Some("held"))
     );
     // The wrong kind for what Consul holds is an error, not a guess.
-    let o = run_out(&server, &["status", "--prefix", "db", "--kind", "lock"]);
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    conlock(&server)
+        .args(["status", "--prefix", "db", "--kind", "lock"])
+        .assert()
+        .code(125);
     for k in &mut kids {
         signal(k.0.id(), libc::SIGTERM);
     }
@@ -435,24 +433,19 @@ fn status_agrees_with_run_during_a_lock_delay() {
     assert!(c.kv_put("ld/.lock", value, put).unwrap());
     assert!(c.session_destroy(&sid).unwrap());
 
-    let o = run_out(
-        &server,
-        &["run", "--prefix", "ld", "--timeout", "0s", "--", "true"],
-    );
-    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
-    // Without -v too, the busy message says why.
-    assert!(
-        stderr(&o).contains("is busy (free, in a lock-delay"),
-        "{}",
-        stderr(&o)
-    );
-    let o = run_out(&server, &["status", "--prefix", "ld"]);
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{text}");
-    assert!(
-        text.contains("free, but a lock-delay of up to 30s may still block new holders"),
-        "{text}"
-    );
+    conlock(&server)
+        .args(["run", "--prefix", "ld", "--timeout", "0s", "--", "true"])
+        .assert()
+        .code(75)
+        // Without -v too, the busy message says why.
+        .stderr(contains("is busy (free, in a lock-delay"));
+    conlock(&server)
+        .args(["status", "--prefix", "ld"])
+        .assert()
+        .code(2)
+        .stdout(contains(
+            "free, but a lock-delay of up to 30s may still block new holders",
+        ));
     let (code, j) = status_json(&server, &["--prefix", "ld"]);
     assert_eq!((code, j["state"].as_str()), (Some(2), Some("lock-delay")));
     assert_eq!(j["lock_delay"]["up_to_ns"], 30_000_000_000u64);
@@ -462,21 +455,19 @@ fn status_agrees_with_run_during_a_lock_delay() {
 #[test]
 fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
     let server = start_server();
-    let help = std::process::Command::new(BIN)
+    let mut help = Command::new(BIN)
         .args(["dev-server", "--help"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&help.stdout);
-    assert!(text.contains("--session-ttl-min"), "{text}");
+        .assert()
+        .stdout(contains("--session-ttl-min"));
     for opt in ["--http-addr", "--token", "--ca-file", "--datacenter"] {
-        assert!(!text.contains(opt), "dev-server --help lists {opt}");
+        // dev-server --help must not list `opt`.
+        help = help.stdout(contains(opt).not());
     }
-    let o = std::process::Command::new(BIN)
+    Command::new(BIN)
         .args(["dev-server", "--http-addr", "127.0.0.1:1"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125));
-    let o = std::process::Command::new(BIN)
+        .assert()
+        .code(125);
+    Command::new(BIN)
         .args([
             "--http-addr",
             "127.0.0.1:1",
@@ -484,19 +475,19 @@ fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
             "--addr",
             "127.0.0.1:0",
         ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--http-addr applies to run, sem, status, watch and break"));
+        .assert()
+        .code(125)
+        .stderr(contains(
+            "--http-addr applies to run, sem, status, watch and break",
+        ));
     // Before or after the subcommand; after wins.
     let addr = server.addr().to_string();
-    let o = conlock(&server)
+    conlock(&server)
         .env_remove("CONSUL_HTTP_ADDR")
         .args(["--http-addr", &addr, "status", "--key", "k"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let o = conlock(&server)
+        .assert()
+        .code(1);
+    conlock(&server)
         .env_remove("CONSUL_HTTP_ADDR")
         .args([
             "--http-addr",
@@ -507,42 +498,30 @@ fn dev_server_takes_no_client_options_and_client_options_go_either_side() {
             "--key",
             "k",
         ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        .assert()
+        .code(1);
 }
 
 #[test]
 fn man_pages_and_help_name_what_operators_type() {
-    let o = std::process::Command::new(BIN)
+    Command::new(BIN)
         .args(["man", "run"])
-        .output()
-        .unwrap();
-    let page = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        page.contains(".SH SYNOPSIS\n\\fBconlock run\\fR"),
-        "{}",
-        &page[..400]
-    );
+        .assert()
+        .stdout(contains(".SH SYNOPSIS\n\\fBconlock run\\fR"));
     for sub in [None, Some("run"), Some("sem"), Some("status")] {
-        let mut c = std::process::Command::new(BIN);
-        c.args(sub).arg("--help");
-        let help = String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned();
+        let mut help = Command::new(BIN).args(sub).arg("--help").assert();
         for var in [
             "CONSUL_HTTP_SSL",
             "CONSUL_HTTP_SSL_VERIFY",
             "CONSUL_TLS_SERVER_NAME",
         ] {
-            assert!(help.contains(var), "{sub:?} --help lacks {var}");
+            help = help.stdout(contains(var));
         }
     }
-    let help = std::process::Command::new(BIN)
+    Command::new(BIN)
         .args(["break", "--help"])
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&help.stdout).contains("1    declined at the confirmation prompt")
-    );
+        .assert()
+        .stdout(contains("1    declined at the confirmation prompt"));
 }
 
 #[test]

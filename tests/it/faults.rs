@@ -5,8 +5,11 @@ use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use assert_cmd::prelude::*;
 use conlock::consul::{QueryOptions, SessionRequest};
 use conlock::devserver::{DevServer, Options};
+
+use predicates::str::contains;
 
 use crate::common::start_server;
 use crate::harness::*;
@@ -189,11 +192,10 @@ fn wrapper_death_kills_group_and_frees_the_lock_at_once() {
         .0
         .is_empty()));
     let t = Instant::now();
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "wrapper", "--timeout", "20s", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(0));
+        .assert()
+        .success();
     assert!(t.elapsed() < Duration::from_secs(20));
 }
 
@@ -225,15 +227,14 @@ fn html_or_invalid_json_answers_are_clear_errors() {
         ),
     ] {
         let addr = fake_server(resp);
-        let out = std::process::Command::new(BIN)
+        let a = std::process::Command::new(BIN)
             .env("CONSUL_HTTP_ADDR", &addr)
             .args(["run", "--key", "k", "--", "true"])
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(err.contains(expect) && err.contains(&addr), "{err}");
+            .assert()
+            .code(125)
+            .stderr(contains(expect))
+            .stderr(contains(addr.as_str()));
+        let err = String::from_utf8_lossy(&a.get_output().stderr);
         assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
     }
 }
@@ -245,18 +246,13 @@ fn unreadable_token_and_ca_files_are_clear_errors() {
         ("CONSUL_HTTP_TOKEN_FILE", "token file"),
         ("CONSUL_CACERT", "CONSUL_CACERT"),
     ] {
-        let out = conlock(&server)
+        conlock(&server)
             .env(var, "/nonexistent/file")
             .args(["run", "--key", "k", "--", "true"])
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{var}: {err}");
-        assert!(
-            err.contains(expect) && err.contains("/nonexistent/file"),
-            "{var}: {err}"
-        );
+            .assert()
+            .code(125)
+            .stderr(contains(expect))
+            .stderr(contains("/nonexistent/file"));
     }
 }
 
@@ -309,21 +305,17 @@ fn https_with_the_wrong_ca_is_refused() {
         port
     ))
     .is_ok()));
+    // The assertions run only after the TLS server is stopped.
     let out = std::process::Command::new(BIN)
         .env("CONSUL_HTTP_ADDR", format!("https://127.0.0.1:{port}"))
         .env("CONSUL_CACERT", dir.join("other.pem"))
         .args(["run", "--key", "k", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+        .assert();
     let _ = tls.kill();
     let _ = tls.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("certificate") && err.contains("CONSUL_CACERT"),
-        "{err}"
-    );
+    out.code(125)
+        .stderr(contains("certificate"))
+        .stderr(contains("CONSUL_CACERT"));
 }
 
 #[test]
@@ -337,12 +329,12 @@ fn keys_with_spaces_unicode_and_leading_slash() {
     ] {
         let dir = scratch("keys");
         let out = dir.join("key");
-        let st = conlock(&server)
+        conlock(&server)
             .args(["run", "--key", given, "--", "sh", "-c"])
             .arg(format!("printf %s \"$CONLOCK_KEY\" > {}", out.display()))
-            .status()
-            .unwrap();
-        assert!(st.success(), "{given}");
+            .assert()
+            .success();
+
         assert_eq!(read(&out), stored);
     }
     // The client round-trips such keys exactly.

@@ -512,3 +512,59 @@ fn guardian_kills_the_group_of_a_stopped_conlock_by_its_deadline() {
         "conlock exited with {code:?}"
     );
 }
+
+/// A stopped conlock: the guardian's watchdog also kills what left the command's group
+/// (`setsid`, here still below a parent in the group when conlock stops, so it is
+/// re-parented only when the guardian kills that parent).
+#[test]
+fn guardian_kills_escaped_processes_of_a_stopped_conlock() {
+    let server = start_server();
+    let dir = scratch("watchdog-esc");
+    let (pidfile, escfile, tick) = (dir.join("pid"), dir.join("esc"), dir.join("tick"));
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "watchdog-esc", "--ttl", "10s"])
+            .args(["--lock-delay", "3s", "--kill-grace", "1s", "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {p}; setsid sh -c 'echo $$ > {e}; while :; do date +%s%N > {t}.new; mv {t}.new {t}; sleep 0.05; done' & wait",
+                p = pidfile.display(),
+                e = escfile.display(),
+                t = tick.display()
+            ))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    let escaped = read_pid(&escfile);
+    // A failing run must not leave the escaped loop behind (it leads its own session;
+    // a reused pid that happens to do so too is unlikely enough for a test).
+    struct KillPid(i32);
+    impl Drop for KillPid {
+        fn drop(&mut self) {
+            let stat = read(Path::new(&format!("/proc/{}/stat", self.0)));
+            let session = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(3));
+            if process_alive(self.0) && session == Some(self.0.to_string().as_str()) {
+                unsafe { libc::kill(self.0, libc::SIGKILL) };
+            }
+        }
+    }
+    let _cleanup = KillPid(escaped);
+    read_ns(&tick);
+    signal(h.0.id(), libc::SIGSTOP);
+    server.fault(FaultMode::Error, Duration::from_secs(600));
+    assert!(
+        wait_for(Duration::from_secs(90), || !process_alive(child)),
+        "the command of a stopped conlock was never killed"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || !process_alive(escaped)),
+        "the escaped process of a stopped conlock was never killed"
+    );
+    server.clear_fault();
+    signal(h.0.id(), libc::SIGCONT);
+    wait_exit(&mut h.0, LONG);
+}

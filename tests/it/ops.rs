@@ -4,7 +4,9 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
+use assert_cmd::prelude::*;
 use conlock::consul::QueryOptions;
+use predicates::str::contains;
 
 use crate::common::start_server;
 use crate::harness::*;
@@ -22,12 +24,16 @@ fn status(server: &conlock::devserver::DevServer, args: &[&str]) -> (Option<i32>
 #[test]
 fn status_free_held_and_semaphore() {
     let server = start_server();
-    let (code, text) = status(&server, &["--prefix", "st"]);
-    assert_eq!(code, Some(1));
-    assert!(text.contains("state: free"), "{text}");
-    let (code, json) = status(&server, &["--prefix", "st", "--json"]);
-    assert_eq!(code, Some(1));
-    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    conlock(&server)
+        .args(["status", "--prefix", "st"])
+        .assert()
+        .code(1)
+        .stdout(contains("state: free"));
+    let out = conlock(&server)
+        .args(["status", "--prefix", "st", "--json"])
+        .assert()
+        .code(1);
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
     assert_eq!(
         (j["kind"].as_str(), j["held"].as_bool()),
         (Some("lock"), Some(false))
@@ -48,8 +54,10 @@ fn status_free_held_and_semaphore() {
         .unwrap();
     let c = client(&server);
     assert!(wait_for(LONG, || holder(&c, "st/.lock").is_some()));
-    let (code, text) = status(&server, &["--prefix", "st"]);
-    assert_eq!(code, Some(0));
+    let mut held = conlock(&server)
+        .args(["status", "--prefix", "st"])
+        .assert()
+        .code(0);
     for want in [
         "state:",
         "held",
@@ -58,7 +66,7 @@ fn status_free_held_and_semaphore() {
         "lock-delay 15s",
         "\"command\": \"sleep 60\"",
     ] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        held = held.stdout(contains(want));
     }
     let (_, json) = status(&server, &["--key", "st/.lock", "--json"]);
     let j: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -87,18 +95,21 @@ fn status_free_held_and_semaphore() {
             .map(|j| j["holders"].as_array().map_or(0, |a| a.len()) == 2 && j["waiting"] == 1)
             .unwrap_or(false)
     }));
-    let (code, json) = status(&server, &["--prefix", "stsem", "--json"]);
-    assert_eq!(code, Some(0));
-    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let out = conlock(&server)
+        .args(["status", "--prefix", "stsem", "--json"])
+        .assert()
+        .code(0);
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
     assert_eq!(
         (j["kind"].as_str(), j["limit"].as_u64()),
         (Some("semaphore"), Some(2))
     );
-    let (_, text) = status(&server, &["--prefix", "stsem"]);
-    assert!(
-        text.contains("2 of 2 held") && text.contains("waiting:") && text.contains("holder 2"),
-        "{text}"
-    );
+    conlock(&server)
+        .args(["status", "--prefix", "stsem"])
+        .assert()
+        .stdout(contains("2 of 2 held"))
+        .stdout(contains("waiting:"))
+        .stdout(contains("holder 2"));
     for mut k in kids {
         signal(k.id(), libc::SIGTERM);
         wait_exit(&mut k, LONG);
@@ -219,21 +230,18 @@ fn break_frees_a_lock_held_by_another_conlock() {
     assert!(wait_for(LONG, || running.exists()));
 
     // Without --yes on a non-terminal: refused, nothing changes.
-    let out = conlock(&server)
+    conlock(&server)
         .args(["break", "--prefix", "brk"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--yes"));
+        .assert()
+        .code(125)
+        .stderr(contains("--yes"));
     assert!(holder(&c, "brk/.lock").is_some());
 
-    let out = conlock(&server)
+    conlock(&server)
         .args(["break", "--prefix", "brk", "--yes"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("destroyed session"));
+        .assert()
+        .success()
+        .stdout(contains("destroyed session"));
     assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
     assert!(c
         .session_list(QueryOptions::default())
@@ -241,12 +249,11 @@ fn break_frees_a_lock_held_by_another_conlock() {
         .0
         .is_empty());
     // Nothing held any more: break says so and succeeds.
-    let out = conlock(&server)
+    conlock(&server)
         .args(["break", "--prefix", "brk", "--yes"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to break"));
+        .assert()
+        .success()
+        .stdout(contains("nothing to break"));
 }
 
 #[test]
@@ -281,16 +288,10 @@ fn break_removes_one_semaphore_holder() {
     };
     assert!(wait_for(LONG, || holders().len() == 2));
     let victim = holders()[0].clone();
-    let out = conlock(&server)
+    conlock(&server)
         .args(["break", "--prefix", "bsem", "--session", &victim, "--yes"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .assert()
+        .success();
     assert!(wait_for(LONG, || holders().len() == 1));
     assert!(!holders().contains(&victim));
     // Exactly one conlock lost its slot (124); stop the other.
@@ -325,9 +326,12 @@ fn held_since_is_when_holding_began_not_when_waiting_began() {
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
     assert!(wait_for(LONG, || running.exists()));
-    let (code, json) = status(&server, &["--key", "since", "--json"]);
-    assert_eq!(code, Some(0));
-    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let out = conlock(&server)
+        .args(["status", "--key", "since", "--json"])
+        .assert()
+        .code(0);
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+
     let since = j["holder"]["held_since"].as_str().unwrap().to_string();
     // Same RFC 3339 UTC format: the strings order like the times.
     assert!(

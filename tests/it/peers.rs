@@ -5,8 +5,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use assert_cmd::prelude::*;
 use conlock::consul::{PutOptions, SessionRequest, LOCK_FLAGS};
 use conlock::devserver::DevServer;
+use predicates::str::contains;
 use serde_json::Value;
 
 use crate::common::start_server;
@@ -200,25 +202,26 @@ fn events_acquire_release_exit() {
         .args(["run", "--key", "ev/ok", "--events"])
         .arg(&ev)
         .args(["--", "sh", "-c", "echo \"$CONLOCK_MODIFY_INDEX\"; exit 7"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(7), "{out:?}");
+        .assert()
+        .code(7);
     let evs = events(&ev, "lock", "ev/ok");
     assert_eq!(names(&evs), ["acquired", "released", "exit"], "{evs:?}");
-    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let token: u64 = String::from_utf8_lossy(&out.get_output().stdout)
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(evs[0]["fencing_token"], token);
     assert_eq!(evs[0]["lock_index"], 1);
     assert_eq!(evs[0]["session"], evs[1]["session"]);
     assert_eq!(evs[2]["code"], 7);
     assert_eq!(evs[2]["how"], "exited");
     // The file is appended to: a second run adds its own lines.
-    let out = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "ev/ok", "--events"])
         .arg(&ev)
         .args(["--", "sh", "-c", "kill -USR1 $$"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(128 + libc::SIGUSR1));
+        .assert()
+        .code(128 + libc::SIGUSR1);
     let evs = events(&ev, "lock", "ev/ok");
     assert_eq!(evs.len(), 6);
     assert_eq!(evs[5]["how"], "signal");
@@ -231,13 +234,12 @@ fn events_busy() {
     let holder = KillOnDrop(start_holder(&server, "ev/busy", &[], "sleep 60"));
     let dir = scratch("ev-busy");
     let ev = dir.join("events.jsonl");
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "ev/busy", "--timeout", "0s", "--events"])
         .arg(&ev)
         .args(["--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(75));
+        .assert()
+        .code(75);
     let evs = events(&ev, "lock", "ev/busy");
     assert_eq!(names(&evs), ["waiting", "exit"], "{evs:?}");
     let sid = crate::harness::holder(&client(&server), "ev/busy").unwrap();
@@ -299,7 +301,7 @@ fn events_to_an_inherited_descriptor_and_bad_paths() {
     let server = start_server();
     let dir = scratch("ev-fd");
     let ev = dir.join("events.jsonl");
-    let st = std::process::Command::new("sh")
+    std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
             "exec \"$0\" run --key ev/fd --events fd:3 -- true 3>{}",
@@ -307,24 +309,19 @@ fn events_to_an_inherited_descriptor_and_bad_paths() {
         ))
         .arg(BIN)
         .env("CONSUL_HTTP_ADDR", server.addr().to_string())
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(0));
+        .assert()
+        .success();
     assert_eq!(
         names(&events(&ev, "lock", "ev/fd")),
         ["acquired", "released", "exit"]
     );
     let before = server.request_count();
     for bad in ["/nonexistent-dir/e.jsonl", "fd:57", "fd:x", ""] {
-        let out = conlock(&server)
+        conlock(&server)
             .args(["run", "--key", "ev/fd", "--events", bad, "--", "true"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(125), "{bad}: {out:?}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("--events"),
-            "{out:?}"
-        );
+            .assert()
+            .code(125)
+            .stderr(contains("--events"));
     }
     assert_eq!(server.request_count(), before, "bad --events sent requests");
 }
@@ -478,7 +475,7 @@ fn max_time_sigkills_a_command_that_ignores_the_signal() {
     );
     assert_eq!(wait_exit(&mut c.0, LONG).code(), Some(123));
     // A command that finishes in time keeps its own code.
-    let st = conlock(&server)
+    conlock(&server)
         .args([
             "run",
             "--key",
@@ -490,14 +487,12 @@ fn max_time_sigkills_a_command_that_ignores_the_signal() {
             "-c",
             "exit 9",
         ])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(9));
-    let out = conlock(&server)
+        .assert()
+        .code(9);
+    conlock(&server)
         .args(["run", "--key", "mt/fast", "--max-time", "0s", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
+        .assert()
+        .code(125);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 //! `conlock run` end to end: the real binary against the in-process dev server.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use assert_cmd::prelude::*;
 use conlock::consul::{PutOptions, QueryOptions, LOCK_FLAGS};
+use predicates::prelude::*;
+use predicates::str::contains;
 
 use crate::common::start_server;
 use crate::harness::*;
@@ -62,29 +64,21 @@ fn exit_codes_pass_through() {
         conlock(&server)
             .args(["run", "--key", "codes"])
             .args(args)
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap()
+            .assert()
     };
-    assert_eq!(run(&["--", "sh", "-c", "exit 7"]).status.code(), Some(7));
-    assert_eq!(run(&["--", "true"]).status.code(), Some(0));
-    assert_eq!(
-        run(&["--", "sh", "-c", "kill -TERM $$"]).status.code(),
-        Some(128 + 15)
-    );
-    let nf = run(&["--", "definitely-not-a-command-xyz"]);
-    assert_eq!(nf.status.code(), Some(127));
-    assert!(String::from_utf8_lossy(&nf.stderr).contains("command not found"));
+    run(&["--", "sh", "-c", "exit 7"]).code(7);
+    run(&["--", "true"]).success();
+    run(&["--", "sh", "-c", "kill -TERM $$"]).code(128 + 15);
+    run(&["--", "definitely-not-a-command-xyz"])
+        .code(127)
+        .stderr(contains("command not found"));
     let script = dir.join("not-exec.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
-    let ne = run(&["--", script.to_str().unwrap()]);
-    assert_eq!(ne.status.code(), Some(126));
-    assert!(String::from_utf8_lossy(&ne.stderr).contains("not executable"));
+    run(&["--", script.to_str().unwrap()])
+        .code(126)
+        .stderr(contains("not executable"));
     // --shell runs one string through a shell.
-    assert_eq!(
-        run(&["--shell", "--", "exit $((2+3))"]).status.code(),
-        Some(5)
-    );
+    run(&["--shell", "--", "exit $((2+3))"]).code(5);
 }
 
 #[test]
@@ -96,11 +90,10 @@ fn child_gets_lock_environment() {
         "env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}",
         out.display()
     );
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--prefix", "/envtest", "--", "sh", "-c", &cmd])
-        .status()
-        .unwrap();
-    assert!(st.success());
+        .assert()
+        .success();
     let env = read(&out);
     assert!(env.contains("CONLOCK_KEY=envtest/.lock\n"), "{env}");
     assert!(env.contains("CONSUL_LOCK_HELD=true\n"), "{env}");
@@ -116,11 +109,10 @@ fn fencing_token_strictly_increases() {
     let out = dir.join("tokens");
     let cmd = format!("echo $CONLOCK_MODIFY_INDEX >> {}", out.display());
     for _ in 0..5 {
-        let st = conlock(&server)
+        conlock(&server)
             .args(["run", "--key", "fence", "--", "sh", "-c", &cmd])
-            .status()
-            .unwrap();
-        assert!(st.success());
+            .assert()
+            .success();
         // Unrelated writes in between must not break monotonicity.
         client(&server)
             .kv_put("other", b"x", PutOptions::default())
@@ -137,13 +129,11 @@ fn foreign_flags_are_refused_and_left_alone() {
     let c = client(&server);
     c.kv_put("app/config", b"precious", PutOptions::default())
         .unwrap();
-    let out = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "app/config", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a conlock/consul lock"));
+        .assert()
+        .code(125)
+        .stderr(contains("not a conlock/consul lock"));
     let (pair, _) = c.kv_get("app/config", QueryOptions::default()).unwrap();
     let pair = pair.unwrap();
     assert_eq!(pair.value_bytes(), b"precious");
@@ -155,18 +145,16 @@ fn busy_with_timeouts() {
     let server = start_server();
     let mut h = start_holder(&server, "busy", &[], "sleep 30");
     let t = Instant::now();
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "busy", "--timeout", "0s", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(75));
+        .assert()
+        .code(75);
     assert!(t.elapsed() < Duration::from_secs(10));
     let t = Instant::now();
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "busy", "--timeout", "1s", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(75));
+        .assert()
+        .code(75);
     assert!(
         t.elapsed() >= Duration::from_secs(1),
         "gave up early: {:?}",
@@ -174,7 +162,7 @@ fn busy_with_timeouts() {
     );
     // Another code for "busy"; 0 makes it a success (the cron recipe).
     for code in [3, 0] {
-        let st = conlock(&server)
+        conlock(&server)
             .args([
                 "run",
                 "--key",
@@ -185,9 +173,8 @@ fn busy_with_timeouts() {
             ])
             .arg(code.to_string())
             .args(["--", "true"])
-            .status()
-            .unwrap();
-        assert_eq!(st.code(), Some(code));
+            .assert()
+            .code(code);
     }
     signal(h.id(), libc::SIGTERM);
     wait_exit(&mut h, LONG);
@@ -358,14 +345,12 @@ fn usage_errors_make_no_request() {
         ],
     ];
     for args in cases {
-        let out = conlock(&server)
+        let a = conlock(&server)
             .args(*args)
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
+            .assert()
+            .code(125)
+            .stderr(contains("panicked").not());
+        let err = String::from_utf8_lossy(&a.get_output().stderr);
         assert!(!err.trim().is_empty(), "{args:?} printed no error");
         assert_eq!(
             err.trim().lines().count(),
@@ -375,7 +360,7 @@ fn usage_errors_make_no_request() {
     }
     let big = scratch("bigvalue").join("v");
     std::fs::write(&big, vec![b'x'; 512 * 1024 + 1]).unwrap();
-    let out = conlock(&server)
+    conlock(&server)
         .args([
             "run",
             "--key",
@@ -385,11 +370,9 @@ fn usage_errors_make_no_request() {
             "--",
             "true",
         ])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("512 KiB"));
+        .assert()
+        .code(125)
+        .stderr(contains("512 KiB"));
     assert_eq!(
         server.request_count(),
         before,
@@ -405,26 +388,19 @@ fn unreachable_consul_names_the_address_and_origin() {
         .local_addr()
         .unwrap()
         .port();
-    let out = std::process::Command::new(BIN)
+    std::process::Command::new(BIN)
         .env("CONSUL_HTTP_ADDR", format!("127.0.0.1:{port}"))
         .args(["run", "--key", "k", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&format!("127.0.0.1:{port}")) && err.contains("CONSUL_HTTP_ADDR"),
-        "{err}"
-    );
-    let out = std::process::Command::new(BIN)
+        .assert()
+        .code(125)
+        .stderr(contains(format!("127.0.0.1:{port}")))
+        .stderr(contains("CONSUL_HTTP_ADDR"));
+    std::process::Command::new(BIN)
         .env("CONSUL_HTTP_ADDR", "not a valid addr")
         .args(["run", "--key", "k", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("CONSUL_HTTP_ADDR"));
+        .assert()
+        .code(125)
+        .stderr(contains("CONSUL_HTTP_ADDR"));
 }
 
 #[test]
@@ -466,38 +442,30 @@ fn acl_token_is_sent_and_denial_is_clear() {
         node_name: "acl-node".into(),
     })
     .unwrap();
-    let ok = conlock(&server)
+    conlock(&server)
         .env("CONSUL_HTTP_TOKEN", "s3cret")
         .args(["run", "--key", "acl", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(ok.code(), Some(0));
+        .assert()
+        .success();
     let dir = scratch("acl");
     let tf = dir.join("token");
     std::fs::write(&tf, "s3cret\n").unwrap();
-    let ok = conlock(&server)
+    conlock(&server)
         .env("CONSUL_HTTP_TOKEN_FILE", &tf)
         .args(["run", "--key", "acl", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(ok.code(), Some(0));
-    let ok = conlock(&server)
+        .assert()
+        .success();
+    conlock(&server)
         .args(["--token", "s3cret", "run", "--key", "acl", "--", "true"])
-        .status()
-        .unwrap();
-    assert_eq!(ok.code(), Some(0));
-    let denied = conlock(&server)
+        .assert()
+        .success();
+    conlock(&server)
         .env("CONSUL_HTTP_TOKEN", "wrong")
         .args(["run", "--key", "acl", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(denied.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&denied.stderr);
-    assert!(
-        err.contains("403") && err.contains("CONSUL_HTTP_TOKEN"),
-        "{err}"
-    );
+        .assert()
+        .code(125)
+        .stderr(contains("403"))
+        .stderr(contains("CONSUL_HTTP_TOKEN"));
 }
 
 #[test]
@@ -565,11 +533,11 @@ fn uncontended_run_sends_seven_requests() {
 
     // A job that ends at once: the monitor may not have asked yet.
     let before = server.request_count();
-    let st = conlock(&server)
+    conlock(&server)
         .args(["run", "--key", "jobs/count", "--ttl", "60s", "--", "true"])
-        .status()
-        .unwrap();
-    assert!(st.success());
+        .assert()
+        .success();
+
     let sent = server.request_count() - before;
     assert!((6..=7).contains(&sent), "{sent} requests");
     let c = client(&server);

@@ -3,7 +3,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use assert_cmd::prelude::*;
 use conlock::consul::{PutOptions, QueryOptions, SEMAPHORE_FLAGS};
+use predicates::str::contains;
 
 use crate::common::start_server;
 use crate::harness::*;
@@ -120,13 +122,12 @@ fn child_gets_semaphore_environment() {
         "env | grep -E '^(CONLOCK_|CONSUL_LOCK_HELD)' | sort > {}",
         out.display()
     );
-    let st = conlock(&server)
+    conlock(&server)
         .args([
             "sem", "-n", "2", "--prefix", "semenv", "--", "sh", "-c", &cmd,
         ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+        .assert()
+        .success();
     let env = read(&out);
     assert!(
         env.contains("CONLOCK_LIMIT=2\n") && env.contains("CONLOCK_PREFIX=semenv\n"),
@@ -189,14 +190,11 @@ fn conflicts_give_125() {
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "conf").len() == 1));
-    let out = conlock(&server)
+    conlock(&server)
         .args(["sem", "--limit", "3", "--prefix", "conf", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("semaphore limit conflict (lock: 2, local: 3)"));
+        .assert()
+        .code(125)
+        .stderr(contains("semaphore limit conflict (lock: 2, local: 3)"));
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
 
@@ -204,13 +202,11 @@ fn conflicts_give_125() {
     let c = client(&server);
     c.kv_put("foreign/.lock", b"{}", PutOptions::default())
         .unwrap();
-    let out = conlock(&server)
+    conlock(&server)
         .args(["sem", "--limit", "2", "--prefix", "foreign", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a semaphore"));
+        .assert()
+        .code(125)
+        .stderr(contains("not a semaphore"));
 
     // Invalid JSON in a semaphore .lock: clear error, key untouched.
     let put = PutOptions {
@@ -223,13 +219,11 @@ fn conflicts_give_125() {
         .unwrap()
         .0
         .unwrap();
-    let out = conlock(&server)
+    conlock(&server)
         .args(["sem", "--limit", "2", "--prefix", "badjson", "--", "true"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold a semaphore description"));
+        .assert()
+        .code(125)
+        .stderr(contains("does not hold a semaphore description"));
     let after = c
         .kv_get("badjson/.lock", QueryOptions::default())
         .unwrap()
@@ -248,7 +242,7 @@ fn full_slots_with_timeout_zero_is_busy() {
         .spawn()
         .unwrap();
     assert!(wait_for(LONG, || holders(&server, "full").len() == 1));
-    let st = conlock(&server)
+    conlock(&server)
         .args([
             "sem",
             "--limit",
@@ -260,9 +254,8 @@ fn full_slots_with_timeout_zero_is_busy() {
             "--",
             "true",
         ])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(75));
+        .assert()
+        .code(75);
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
     assert!(wait_for(LONG, || nothing_left(&server, "full")));
