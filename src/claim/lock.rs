@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::lockdelay::DelayTracker;
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
-    WaitDisplay, WATCH_WAIT,
+    WaitDisplay, Waited, WATCH_WAIT,
 };
 use crate::clock::BootInstant;
 use crate::consul::{
@@ -121,16 +121,13 @@ impl Claim for Lock {
                 Some(r) => Ok(r),
                 None => client.kv_get(&self.key, q),
             };
-            let (pair, meta) = match read {
-                Ok(r) => r,
-                Err(e) if e.is_retryable() => {
-                    if !claim::pause_after_failure(&e, deadline) {
-                        return Ok(None);
-                    }
+            let (pair, meta) = match claim::while_waiting(read, deadline)? {
+                Waited::Got(r) => r,
+                Waited::Retry => {
                     index = 0;
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Waited::Busy => return Ok(None),
             };
             index = next_index(index, meta.index);
             if let Some(p) = &pair {

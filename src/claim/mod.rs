@@ -181,6 +181,31 @@ pub fn pause_after_failure(e: &ConsulError, deadline: Option<Instant>) -> bool {
     true
 }
 
+/// What a read made while waiting gave.
+pub enum Waited<T> {
+    Got(T),
+    /// A failure that may pass: said so and paused; read again from index 0.
+    Retry,
+    /// Such a failure with `deadline` passed: give up as busy.
+    Busy,
+}
+
+/// Sorts the answer of a read made while waiting (see `pause_after_failure`).
+pub fn while_waiting<T>(
+    r: std::result::Result<T, ConsulError>,
+    deadline: Option<Instant>,
+) -> Result<Waited<T>> {
+    match r {
+        Ok(v) => Ok(Waited::Got(v)),
+        Err(e) if e.is_retryable() => Ok(if pause_after_failure(&e, deadline) {
+            Waited::Retry
+        } else {
+            Waited::Busy
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Sleeps `d`, but not past `deadline`.
 pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
     let d = match deadline {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
-    WaitDisplay, WATCH_WAIT,
+    WaitDisplay, Waited, WATCH_WAIT,
 };
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{
@@ -343,17 +343,15 @@ impl Claim for Semaphore {
                 QueryOptions::blocking(index, wait_for.min(left))
             };
             let sent = crate::clock::BootInstant::now();
-            let (pairs, meta) = match client.kv_list(&self.prefix, q) {
-                Ok(r) => r,
-                Err(e) if e.is_retryable() => {
-                    if !claim::pause_after_failure(&e, deadline) {
-                        return Ok(None);
+            let (pairs, meta) =
+                match claim::while_waiting(client.kv_list(&self.prefix, q), deadline)? {
+                    Waited::Got(r) => r,
+                    Waited::Retry => {
+                        index = 0;
+                        continue;
                     }
-                    index = 0;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
+                    Waited::Busy => return Ok(None),
+                };
             let timed_out = index != 0 && meta.index == index;
             index = next_index(index, meta.index);
             let view = self.view(pairs)?;
