@@ -98,7 +98,7 @@ fn hold_guarded(
         Ok(Some(h)) => h,
         Ok(None) => {
             // Say why: held by whom, or free but in a lock-delay.
-            let why = wait.last().map(|w| format!(" ({w})")).unwrap_or_default();
+            let why = wait.last().map(|w| format!(": {w}")).unwrap_or_default();
             ui::notice(format_args!(
                 "{} is busy{why}; gave up waiting (exit {})",
                 claim.describe(),

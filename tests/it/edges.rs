@@ -438,7 +438,7 @@ fn status_agrees_with_run_during_a_lock_delay() {
         .assert()
         .code(75)
         // Without -v too, the busy message says why.
-        .stderr(contains("is busy (free, in a lock-delay"));
+        .stderr(contains("is busy: free, in a lock-delay"));
     conlock(&server)
         .args(["status", "--prefix", "ld"])
         .assert()
