@@ -135,15 +135,10 @@ impl Claim for Lock {
                 if let Some(h) = p.holder() {
                     if h == session_id {
                         // An earlier acquire went through though we did not see its answer.
-                        match self.read_held(client, &session_id) {
-                            Ok(Some(h)) => return Ok(Some(h)),
-                            Ok(None) => {}
-                            Err(e) if e.is_retryable() => {
-                                if !claim::pause_after_failure(&e, deadline) {
-                                    return Ok(None);
-                                }
-                            }
-                            Err(e) => return Err(e.into()),
+                        match claim::while_waiting(self.read_held(client, &session_id), deadline)? {
+                            Waited::Got(Some(h)) => return Ok(Some(h)),
+                            Waited::Got(None) | Waited::Retry => {}
+                            Waited::Busy => return Ok(None),
                         }
                         index = 0;
                         continue;
@@ -186,21 +181,19 @@ impl Claim for Lock {
                 Ok(false) => {
                     // Refused: another waiter was faster, or a lock-delay runs. One look
                     // tells them apart; a new holder is then watched as usual.
-                    match client.kv_get(&self.key, QueryOptions::default()) {
-                        Ok(r) if r.0.as_ref().is_some_and(|p| p.holder().is_some()) => {
+                    let look = client.kv_get(&self.key, QueryOptions::default());
+                    match claim::while_waiting(look, deadline)? {
+                        Waited::Got(r) if r.0.as_ref().is_some_and(|p| p.holder().is_some()) => {
                             looked = Some(r);
                             index = 0;
                             continue;
                         }
-                        Ok(_) => {}
-                        Err(e) if e.is_retryable() => {
-                            if !claim::pause_after_failure(&e, deadline) {
-                                return Ok(None);
-                            }
+                        Waited::Got(_) => {}
+                        Waited::Retry => {
                             index = 0;
                             continue;
                         }
-                        Err(e) => return Err(e.into()),
+                        Waited::Busy => return Ok(None),
                     }
                     // Still no holder: a lock-delay from an invalidated session. Nothing
                     // changes on the server until it ends, so sleep.

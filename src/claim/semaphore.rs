@@ -416,8 +416,8 @@ impl Claim for Semaphore {
                 // Only a touch after this write makes the token later than the holders
                 // before us (an earlier touch, of an earlier session or write, does not).
                 touched = false;
-                match self.write_lock(client, &view, &state) {
-                    Ok(true) => {
+                match claim::while_waiting(self.write_lock(client, &view, &state), deadline)? {
+                    Waited::Got(true) => {
                         // Touch our key: that wakes the waiter behind us, and it fails if
                         // our session died meanwhile (then the slot we wrote is pruned
                         // by others after our cushion).
@@ -431,15 +431,10 @@ impl Claim for Semaphore {
                             }
                         }
                     }
-                    // Lost a CAS race: read again at once.
-                    Ok(false) => {}
-                    // Ambiguous: the next (consistent) read shows whether we are in.
-                    Err(e) if e.is_retryable() => {
-                        if !claim::pause_after_failure(&e, deadline) {
-                            return Ok(None);
-                        }
-                    }
-                    Err(e) => return Err(e.into()),
+                    // Lost a CAS race (read again at once), or ambiguous: the next
+                    // (consistent) read shows whether we are in.
+                    Waited::Got(false) | Waited::Retry => {}
+                    Waited::Busy => return Ok(None),
                 }
                 index = 0;
                 wait_for = WATCH_WAIT;
@@ -469,13 +464,9 @@ impl Claim for Semaphore {
                 let left =
                     deadline.map_or(chain_wait, |d| d.saturating_duration_since(Instant::now()));
                 let q = QueryOptions::blocking(pred_index, chain_wait.min(left));
-                if let Err(e) = client.kv_get(&self.contender_key(pred), q) {
-                    if !e.is_retryable() {
-                        return Err(e.into());
-                    }
-                    if !claim::pause_after_failure(&e, deadline) {
-                        return Ok(None);
-                    }
+                let ahead_key = client.kv_get(&self.contender_key(pred), q);
+                if let Waited::Busy = claim::while_waiting(ahead_key, deadline)? {
+                    return Ok(None);
                 }
                 index = 0;
                 continue;
