@@ -13,7 +13,8 @@ Exit codes:
   75       busy: not acquired within --timeout (see --busy-exit-code)
   123      the command ran longer than --max-time and was stopped
   124      the lock or slot was lost while the command ran
-  125      conlock's own error: usage, Consul unreachable, ACL denied, key conflict
+  125      conlock's own error: usage (also timings it cannot keep safe), Consul
+           unreachable, ACL denied, key conflict
   126      the command is not executable
   127      the command was not found";
 
