@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,8 +36,8 @@ pub fn stderr_is_terminal() -> bool {
 /// or renew the session.
 pub struct Queue {
     tx: Sender<Vec<u8>>,
-    /// Chunks sent and not yet written.
-    pending: Arc<Mutex<usize>>,
+    /// Chunks sent and not yet written; the writer notifies after each one.
+    pending: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl Queue {
@@ -47,7 +47,7 @@ impl Queue {
         mut write: impl FnMut(&[u8]) -> bool + Send + 'static,
     ) -> std::io::Result<Queue> {
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        let pending = Arc::new(Mutex::new(0usize));
+        let pending = Arc::new((Mutex::new(0usize), Condvar::new()));
         let count = pending.clone();
         std::thread::Builder::new()
             .name(name.into())
@@ -57,36 +57,42 @@ impl Queue {
                     if open {
                         open = write(&chunk);
                     }
-                    *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                    let (n, written) = &*count;
+                    *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                    written.notify_all();
                 }
             })?;
         Ok(Queue { tx, pending })
     }
 
     pub fn send(&self, bytes: Vec<u8>) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        let n = &self.pending.0;
+        *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         if self.tx.send(bytes).is_err() {
-            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
         }
     }
 
     /// Waits until everything sent is written, but never longer than 2 s without
     /// progress: nobody reads what stays blocked that long.
     pub fn flush(&self) {
-        let mut last = usize::MAX;
+        let (n, written) = &*self.pending;
+        let mut pending = n.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = *pending;
         let mut progress_at = Instant::now();
-        loop {
-            let n = *self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if n == 0 {
-                return;
-            }
-            if n != last {
-                last = n;
+        while *pending != 0 {
+            if *pending != last {
+                last = *pending;
                 progress_at = Instant::now();
-            } else if progress_at.elapsed() >= Duration::from_secs(2) {
+            }
+            let left = Duration::from_secs(2).saturating_sub(progress_at.elapsed());
+            if left.is_zero() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            pending = written
+                .wait_timeout(pending, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }

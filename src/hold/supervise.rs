@@ -784,10 +784,18 @@ pub(super) fn signal_if_same(pid: i32, start: u64, sig: i32) {
 /// /proc lists only thread-group leaders, so conlock's own threads never show up.
 fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+    let candidates = match own_children() {
+        Some(pids) => pids,
+        None => {
+            let Ok(dir) = std::fs::read_dir("/proc") else {
+                return Vec::new();
+            };
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .collect()
+        }
     };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    candidates
+        .into_iter()
         .filter_map(|pid| {
             let st = proc_stat(pid)?;
             let ours = st.ppid == me && st.state != b'Z' && st.pgrp != pgid;
@@ -797,6 +805,35 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
             })
         })
         .collect()
+}
+
+/// conlock's children from /proc/self/task/*/children: one read per thread instead of
+/// one per process on the machine. None where the kernel lacks the file
+/// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
+fn own_children() -> Option<Vec<i32>> {
+    let leader = std::process::id().to_string();
+    let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_string()))
+        .filter(|t| *t != leader)
+        .collect();
+    // The leader last: an exiting thread hands its children to the first live thread
+    // (the leader, which outlives the scan), so a child moving during the scan is
+    // still read.
+    tids.push(leader);
+    let mut pids = Vec::new();
+    for tid in &tids {
+        match std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
+            Ok(text) => pids.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            ),
+            // A thread that has just exited; its children moved to the leader.
+            Err(_) if tid != tids.last()? => {}
+            Err(_) => return None,
+        }
+    }
+    Some(pids)
 }
 
 /// True when conlock's process group is provably not orphaned: its parent (a shell with
@@ -939,6 +976,21 @@ mod tests {
         assert!(found, "child {pid} not listed");
         assert!(!in_group);
         assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
+    }
+
+    #[test]
+    fn own_children_lists_children_of_threads_that_exited() {
+        // A child forked by a thread that then exits moves to another thread of ours.
+        let mut c = std::thread::spawn(|| Command::new("sleep").arg("30").spawn().unwrap())
+            .join()
+            .unwrap();
+        let pid = c.id() as i32;
+        let listed = own_children().map(|pids| pids.contains(&pid));
+        let adopted = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
+        let _ = c.kill();
+        let _ = c.wait();
+        assert_eq!(listed, Some(true), "/proc/self/task/*/children misses {pid}");
+        assert!(adopted);
     }
 
     #[test]
