@@ -12,7 +12,8 @@ use super::{
 };
 use crate::clock::BootInstant;
 use crate::consul::{
-    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, LOCK_FLAGS,
+    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, TxnAnswer, TxnKvOp,
+    LOCK_FLAGS,
 };
 use crate::error::{Error, Result};
 use crate::ui;
@@ -70,6 +71,65 @@ impl Lock {
     }
 }
 
+/// What one attempt to take the lock did.
+enum Take {
+    Held(Held),
+    /// The key is no longer as we saw it (another holder, or written meanwhile).
+    Changed,
+    /// Refused for a lock-delay of a session that ended.
+    LockDelay,
+    /// Our session does not exist (any more).
+    InvalidSession,
+}
+
+impl Lock {
+    /// Takes the key if it is still as last seen free (ModifyIndex `at`, 0: absent), in
+    /// one transaction that also answers with the key as we now hold it: the fencing
+    /// token, with no read after. A raft write that shows us holding is the first
+    /// confirmation (see `Session::deadline`), as of when it was sent.
+    fn take(
+        &self,
+        client: &Client,
+        session_id: &str,
+        at: u64,
+    ) -> std::result::Result<Take, ConsulError> {
+        let value = self.value.bytes();
+        // A key that is not free, or not a lock, is never overwritten: the guard fails.
+        let guard = if at == 0 {
+            TxnKvOp::cas(&self.key, &value, LOCK_FLAGS, 0)
+        } else {
+            TxnKvOp::check_index(&self.key, at)
+        };
+        let ops = [
+            guard,
+            TxnKvOp::lock(&self.key, &value, LOCK_FLAGS, session_id),
+        ];
+        let sent = BootInstant::now();
+        let answer = client.txn(&ops, &format!("acquire of key {:?}", self.key))?;
+        if answer.refused_for_lock_delay() {
+            return Ok(Take::LockDelay);
+        }
+        if answer.refused_for_invalid_session() {
+            return Ok(Take::InvalidSession);
+        }
+        let TxnAnswer::Done(results) = answer else {
+            return Ok(Take::Changed);
+        };
+        let Some(p) = results
+            .into_iter()
+            .rfind(|p| p.key == self.key && p.holder() == Some(session_id))
+        else {
+            return Ok(Take::Changed);
+        };
+        self.held_at.store(p.modify_index, Ordering::SeqCst);
+        Ok(Take::Held(Held {
+            lock_index: p.lock_index,
+            modify_index: p.modify_index,
+            confirmed_at: sent,
+        }))
+    }
+}
+
 impl Lock {
     /// Why a read of the key means the lock is no longer ours (`None`: it still is; then
     /// remembers where we hold it).
@@ -102,13 +162,45 @@ impl Claim for Lock {
     ) -> Result<Option<Held>> {
         let mut index = 0;
         let mut delay = DelayTracker::default();
-        // A read made after a refused acquire, for the next turn of the loop.
-        let mut looked = None;
+        // Take the key as it was last seen free: at this ModifyIndex (0: absent). The
+        // first try assumes the usual case, no key, and so needs no read before it.
+        let mut take_at = Some(0);
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
             }
             let session_id = session.id();
+            if let Some(at) = take_at.take() {
+                match self.take(client, &session_id, at) {
+                    Ok(Take::Held(h)) => return Ok(Some(h)),
+                    // Someone else wrote it first: read it and go on from there.
+                    Ok(Take::Changed) => {}
+                    Ok(Take::LockDelay) => {
+                        // Nothing changes on the server until the lock-delay ends: sleep.
+                        let retry = delay.refused();
+                        wait.lock_delay(retry.until);
+                        if claim::deadline_passed(deadline) {
+                            return Ok(None);
+                        }
+                        claim::sleep_until_deadline(retry.after, deadline);
+                    }
+                    Ok(Take::InvalidSession) => {
+                        ui::verbose(format_args!(
+                            "session {session_id} is gone; creating a new one"
+                        ));
+                        session.recreate()?;
+                    }
+                    // Ambiguous: the next read shows whether the write went through.
+                    Err(e) if e.is_retryable() => {
+                        if !claim::pause_after_failure(&e, deadline) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                index = 0;
+                continue;
+            }
             let q = match deadline {
                 _ if index == 0 => QueryOptions::default(),
                 Some(d) => QueryOptions::blocking(
@@ -117,11 +209,7 @@ impl Claim for Lock {
                 ),
                 None => QueryOptions::blocking(index, WATCH_WAIT),
             };
-            let read = match looked.take() {
-                Some(r) => Ok(r),
-                None => client.kv_get(&self.key, q),
-            };
-            let (pair, meta) = match claim::while_waiting(read, deadline)? {
+            let (pair, meta) = match claim::while_waiting(client.kv_get(&self.key, q), deadline)? {
                 Waited::Got(r) => r,
                 Waited::Retry => {
                     index = 0;
@@ -159,67 +247,7 @@ impl Claim for Lock {
                 }
             }
             delay.saw_free();
-            let put = PutOptions {
-                flags: LOCK_FLAGS,
-                acquire: Some(&session_id),
-                ..Default::default()
-            };
-            match client.kv_put(&self.key, &self.value.bytes(), put) {
-                Ok(true) => {
-                    match self.read_held(client, &session_id) {
-                        Ok(Some(h)) => return Ok(Some(h)),
-                        // Lost again between the write and the read (destroyed or broken).
-                        Ok(None) => {}
-                        // The next read shows whether we hold it.
-                        Err(e) if e.is_retryable() => {
-                            ui::notice(format_args!("{e}; reading {} again", self.key));
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                    index = 0;
-                }
-                Ok(false) => {
-                    // Refused: another waiter was faster, or a lock-delay runs. One look
-                    // tells them apart; a new holder is then watched as usual.
-                    let look = client.kv_get(&self.key, QueryOptions::default());
-                    match claim::while_waiting(look, deadline)? {
-                        Waited::Got(r) if r.0.as_ref().is_some_and(|p| p.holder().is_some()) => {
-                            looked = Some(r);
-                            index = 0;
-                            continue;
-                        }
-                        Waited::Got(_) => {}
-                        Waited::Retry => {
-                            index = 0;
-                            continue;
-                        }
-                        Waited::Busy => return Ok(None),
-                    }
-                    // Still no holder: a lock-delay from an invalidated session. Nothing
-                    // changes on the server until it ends, so sleep.
-                    let retry = delay.refused();
-                    wait.lock_delay(retry.until);
-                    if claim::deadline_passed(deadline) {
-                        return Ok(None);
-                    }
-                    claim::sleep_until_deadline(retry.after, deadline);
-                    index = 0;
-                }
-                Err(e) if claim::is_invalid_session(&e) => {
-                    ui::verbose(format_args!(
-                        "session {session_id} is gone ({e}); creating a new one"
-                    ));
-                    session.recreate()?;
-                    index = 0;
-                }
-                Err(e) if e.is_retryable() => {
-                    if !claim::pause_after_failure(&e, deadline) {
-                        return Ok(None);
-                    }
-                    index = 0;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            take_at = Some(pair.map_or(0, |p| p.modify_index));
         }
     }
 

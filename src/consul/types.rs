@@ -148,3 +148,131 @@ mod tests {
         assert_eq!(empty[0].holder(), None);
     }
 }
+
+/// One KV operation of a transaction (`PUT /v1/txn`, Consul 0.7 and later).
+#[derive(Debug, Clone, Serialize)]
+pub struct TxnKvOp {
+    #[serde(rename = "Verb")]
+    pub verb: &'static str,
+    #[serde(rename = "Key")]
+    pub key: String,
+    #[serde(
+        rename = "Value",
+        with = "base64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub value: Option<Vec<u8>>,
+    #[serde(rename = "Flags", skip_serializing_if = "is_zero")]
+    pub flags: u64,
+    #[serde(rename = "Index", skip_serializing_if = "is_zero")]
+    pub index: u64,
+    #[serde(rename = "Session", skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl TxnKvOp {
+    fn new(verb: &'static str, key: &str) -> TxnKvOp {
+        TxnKvOp {
+            verb,
+            key: key.to_string(),
+            value: None,
+            flags: 0,
+            index: 0,
+            session: None,
+        }
+    }
+
+    /// Writes the key only if its ModifyIndex is `index` (0: only if it does not exist).
+    pub fn cas(key: &str, value: &[u8], flags: u64, index: u64) -> TxnKvOp {
+        TxnKvOp {
+            value: Some(value.to_vec()),
+            flags,
+            index,
+            ..TxnKvOp::new("cas", key)
+        }
+    }
+
+    /// `?acquire=` inside a transaction; Consul applies the lock-delay to it too.
+    pub fn lock(key: &str, value: &[u8], flags: u64, session: &str) -> TxnKvOp {
+        TxnKvOp {
+            value: Some(value.to_vec()),
+            flags,
+            session: Some(session.to_string()),
+            ..TxnKvOp::new("lock", key)
+        }
+    }
+
+    /// Fails the transaction unless the key exists with ModifyIndex `index`.
+    pub fn check_index(key: &str, index: u64) -> TxnKvOp {
+        TxnKvOp {
+            index,
+            ..TxnKvOp::new("check-index", key)
+        }
+    }
+
+    pub fn delete_cas(key: &str, index: u64) -> TxnKvOp {
+        TxnKvOp {
+            index,
+            ..TxnKvOp::new("delete-cas", key)
+        }
+    }
+
+    pub fn delete(key: &str) -> TxnKvOp {
+        TxnKvOp::new("delete", key)
+    }
+
+    pub fn get_tree(prefix: &str) -> TxnKvOp {
+        TxnKvOp::new("get-tree", prefix)
+    }
+}
+
+/// What a transaction did: every op's results, or why it was rolled back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnAnswer {
+    /// The entries the ops returned, in op order (writes without their values).
+    Done(Vec<KvPair>),
+    /// Nothing was applied; Consul's reason for each failed op.
+    Refused(Vec<TxnError>),
+}
+
+impl TxnAnswer {
+    /// True if any op was refused for a lock-delay.
+    pub fn refused_for_lock_delay(&self) -> bool {
+        self.refused_with("due to lock delay")
+    }
+
+    /// True if any op was refused because our session does not exist (any more).
+    pub fn refused_for_invalid_session(&self) -> bool {
+        self.refused_with("invalid session")
+    }
+
+    fn refused_with(&self, text: &str) -> bool {
+        matches!(self, TxnAnswer::Refused(errors) if errors.iter().any(|e| e.what.contains(text)))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TxnError {
+    #[serde(rename = "OpIndex", default)]
+    pub op_index: usize,
+    #[serde(rename = "What", default)]
+    pub what: String,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct TxnResponse {
+    #[serde(rename = "Results", default)]
+    pub results: Option<Vec<TxnResultKv>>,
+    #[serde(rename = "Errors", default)]
+    pub errors: Option<Vec<TxnError>>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct TxnResultKv {
+    #[serde(rename = "KV")]
+    pub kv: Option<KvPair>,
+}

@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::gojson::{go_decode_first, J};
 use super::http::{Body, Request, Response, MAX_BODY};
 use super::shared::{ConnHandle, Shared};
-use super::store::{kv_json, serf_health_json, session_json, Behavior, NewSession, Store};
+use super::store::{
+    kv_json, serf_health_json, session_json, Behavior, NewSession, Store, TxnKvOp, TxnOutcome,
+};
 use super::{util, FaultMode};
 use crate::gostd::{
     clean_request_path, detect_content_type, format_duration, is_print, parse_duration, parse_uint,
@@ -108,6 +110,7 @@ const EXACT: &[(&str, &[&str], Endpoint)] = &[
     ("/v1/agent/self", &["GET"], agent_self),
     ("/v1/status/leader", &["GET"], status_leader),
     ("/v1/status/peers", &["GET"], status_peers),
+    ("/v1/txn", &["PUT"], txn),
 ];
 
 const SUBTREE: &[(&str, &[&str], Endpoint)] = &[
@@ -484,6 +487,172 @@ fn kv_delete(shared: &Shared, q: &Query, key: &str) -> Response {
     };
     shared.changed.notify_all();
     json(200, &J::Bool(result))
+}
+
+// ----- transactions ---------------------------------------------------------
+
+/// Consul's `maxTxnOps`.
+const MAX_TXN_OPS: usize = 64;
+const TXN_WRITE_VERBS: &[&str] = &[
+    "set",
+    "delete",
+    "delete-cas",
+    "delete-tree",
+    "cas",
+    "lock",
+    "unlock",
+];
+
+/// `PUT /v1/txn`: KV operations applied atomically (Consul's agent `Txn`): reads only
+/// are answered without a raft index, anything else goes through one.
+fn txn(shared: &Shared, _h: &ConnHandle, req: &Request, _q: &Query, _r: &str) -> Outcome {
+    let body = match &req.body {
+        Body::TooLarge => return respond(text(413, "http: request body too large")),
+        Body::Bytes(b) => b,
+    };
+    let ops = match parse_txn_ops(body) {
+        Ok(ops) => ops,
+        Err(e) => return respond(text(400, &format!("Failed to parse body: {e}"))),
+    };
+    if ops.len() > MAX_TXN_OPS {
+        return respond(text(
+            413,
+            &format!(
+                "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
+                ops.len()
+            ),
+        ));
+    }
+    let mut total = 0;
+    for op in &ops {
+        if op.value.len() > MAX_BODY {
+            return respond(text(
+                413,
+                &format!(
+                    "Value for key {} is too large ({} > {MAX_BODY} bytes)",
+                    strconv_quote(&op.key),
+                    op.value.len()
+                ),
+            ));
+        }
+        total += op.value.len();
+    }
+    if total > MAX_BODY {
+        return respond(text(
+            413,
+            &format!("Cumulative size of key data is too large ({total} > {MAX_BODY} bytes)"),
+        ));
+    }
+    let writes = ops
+        .iter()
+        .any(|op| TXN_WRITE_VERBS.contains(&op.verb.as_str()));
+    let outcome = if writes {
+        let out = shared.lock_store().txn_apply(&ops, Instant::now());
+        shared.changed.notify_all();
+        out
+    } else {
+        shared.lock_store().txn_read(&ops)
+    };
+    let r = txn_response(outcome);
+    if writes {
+        respond(r)
+    } else {
+        let r = r
+            .header("X-Consul-Knownleader", "true")
+            .header("X-Consul-Lastcontact", "0");
+        respond(r)
+    }
+}
+
+fn txn_response(outcome: TxnOutcome) -> Response {
+    match outcome {
+        Ok(results) => {
+            let list = results
+                .iter()
+                .map(|r| J::obj([("KV", kv_json(&r.key, &r.entry))]))
+                .collect();
+            json(200, &J::obj([("Results", J::A(list)), ("Errors", J::Null)]))
+        }
+        Err(errors) => {
+            let list = errors
+                .into_iter()
+                .map(|(i, what)| J::obj([("OpIndex", J::U(i as u64)), ("What", J::S(what))]))
+                .collect();
+            json(409, &J::obj([("Results", J::Null), ("Errors", J::A(list))]))
+        }
+    }
+}
+
+/// The API form: `[{"KV": {"Verb", "Key", "Value" (base64), "Flags", "Index",
+/// "Session"}}]`, field names in any case (Consul decodes with mapstructure).
+fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
+    use base64::Engine as _;
+    let raw: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let Value::Array(items) = raw else {
+        return Err(format!("unexpected raw type: {}", json_kind(&raw)));
+    };
+    let field = |m: &serde_json::Map<String, Value>, name: &str| {
+        m.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut ops = Vec::new();
+    for item in items {
+        let Value::Object(op) = item else {
+            return Err(format!("unexpected raw op type: {}", json_kind(&item)));
+        };
+        let Some(Value::Object(kv)) = field(&op, "KV") else {
+            // Not a KV op (Consul 1.0 knows no other kind): an empty verb, which fails
+            // as "no operation specified".
+            ops.push(TxnKvOp::default());
+            continue;
+        };
+        let string = |name: &str| match field(&kv, name) {
+            None | Some(Value::Null) => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s),
+            Some(v) => Err(format!(
+                "'{name}' expected type 'string', got {}",
+                json_kind(&v)
+            )),
+        };
+        let number = |name: &str| match field(&kv, name) {
+            None | Some(Value::Null) => Ok(0),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .ok_or_else(|| format!("cannot parse '{name}', {n} overflows uint64")),
+            Some(v) => Err(format!(
+                "'{name}' expected type 'uint64', got {}",
+                json_kind(&v)
+            )),
+        };
+        let value = match field(&kv, "Value") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|e| format!("failed to decode value: {e}"))?,
+            Some(v) => return Err(format!("unexpected value type: {}", json_kind(&v))),
+        };
+        ops.push(TxnKvOp {
+            verb: string("Verb")?,
+            key: string("Key")?,
+            value,
+            flags: number("Flags")?,
+            index: number("Index")?,
+            session: string("Session")?,
+        });
+    }
+    Ok(ops)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "float64",
+        Value::String(_) => "string",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
 }
 
 // ----- sessions -----------------------------------------------------------

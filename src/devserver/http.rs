@@ -84,6 +84,7 @@ fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         411 => "Length Required",
         413 => "Request Entity Too Large",
         431 => "Request Header Fields Too Large",

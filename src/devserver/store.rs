@@ -76,6 +76,28 @@ pub struct NewSession {
     pub ttl_dur: Option<Duration>,
 }
 
+/// One KV operation of a `/v1/txn` body, decoded.
+#[derive(Debug, Clone, Default)]
+pub struct TxnKvOp {
+    pub verb: String,
+    pub key: String,
+    pub value: Vec<u8>,
+    pub flags: u64,
+    pub index: u64,
+    pub session: String,
+}
+
+/// One result of a transaction: the entry as it is after the op.
+#[derive(Debug, Clone)]
+pub struct TxnResult {
+    pub key: String,
+    /// Reads show the value; writes blank it (Consul clones and clears it).
+    pub entry: KvEntry,
+}
+
+/// Results, or (op index, error text) for each failed op.
+pub type TxnOutcome = Result<Vec<TxnResult>, Vec<(usize, String)>>;
+
 #[derive(Debug)]
 pub struct Store {
     raft_index: u64,
@@ -384,6 +406,10 @@ impl Store {
 
     pub fn kv_cas(&mut self, key: &str, flags: u64, value: Vec<u8>, cas: u64) -> bool {
         let idx = self.next_index();
+        self.cas_at(idx, key, flags, value, cas)
+    }
+
+    fn cas_at(&mut self, idx: u64, key: &str, flags: u64, value: Vec<u8>, cas: u64) -> bool {
         let ok = match self.kv.get(key) {
             None => cas == 0,
             Some(e) => cas != 0 && cas == e.modify_index,
@@ -404,12 +430,25 @@ impl Store {
         now: Instant,
     ) -> Result<bool, String> {
         // Lock-delay is enforced before raft: no index is consumed.
-        if let Some(&until) = self.lock_delay.get(key) {
-            if until > now {
-                return Ok(false);
-            }
+        if self.in_lock_delay(key, now) {
+            return Ok(false);
         }
         let idx = self.next_index();
+        self.lock_at(idx, key, flags, value, session)
+    }
+
+    fn in_lock_delay(&self, key: &str, now: Instant) -> bool {
+        self.lock_delay.get(key).is_some_and(|&until| until > now)
+    }
+
+    fn lock_at(
+        &mut self,
+        idx: u64,
+        key: &str,
+        flags: u64,
+        value: Vec<u8>,
+        session: &str,
+    ) -> Result<bool, String> {
         if session.is_empty() {
             return Err("missing session".to_string());
         }
@@ -440,6 +479,17 @@ impl Store {
         session: &str,
     ) -> Result<bool, String> {
         let idx = self.next_index();
+        self.unlock_at(idx, key, flags, value, session)
+    }
+
+    fn unlock_at(
+        &mut self,
+        idx: u64,
+        key: &str,
+        flags: u64,
+        value: Vec<u8>,
+        session: &str,
+    ) -> Result<bool, String> {
         if session.is_empty() {
             return Err("missing session".to_string());
         }
@@ -465,6 +515,10 @@ impl Store {
 
     pub fn kv_delete_cas(&mut self, key: &str, cas: u64) -> bool {
         let idx = self.next_index();
+        self.delete_cas_at(idx, key, cas)
+    }
+
+    fn delete_cas_at(&mut self, idx: u64, key: &str, cas: u64) -> bool {
         match self.kv.get(key) {
             None => true,
             Some(e) if e.modify_index != cas => false,
@@ -474,13 +528,171 @@ impl Store {
 
     pub fn kv_delete_tree(&mut self, prefix: &str) -> bool {
         let idx = self.next_index();
+        self.delete_tree_at(idx, prefix);
+        true
+    }
+
+    fn delete_tree_at(&mut self, idx: u64, prefix: &str) {
         let keys: Vec<String> = Self::range(&self.kv, prefix)
             .map(|(k, _)| k.clone())
             .collect();
         for k in keys {
             self.delete_entry(idx, &k);
         }
-        true
+    }
+
+    // ----- transactions ---------------------------------------------------
+
+    /// `PUT /v1/txn` with at least one write (Consul's `Txn.Apply`): the pre-checks
+    /// (key given, lock-delay) run before raft and consume no index; then every op runs
+    /// at one index and, if any fails, none takes effect (the index is still used).
+    /// Errors are (op index, Consul's text) for every failed op.
+    pub fn txn_apply(&mut self, ops: &[TxnKvOp], now: Instant) -> TxnOutcome {
+        let mut errors = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            if op.verb.is_empty() {
+                // Not a KV op: it fails in the transaction itself.
+            } else if op.key.is_empty() && op.verb != "delete-tree" {
+                errors.push((i, "Must provide key".to_string()));
+            } else if op.verb == "lock" && self.in_lock_delay(&op.key, now) {
+                errors.push((
+                    i,
+                    format!(
+                        "failed to lock key {} due to lock delay",
+                        strconv_quote(&op.key)
+                    ),
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let idx = self.next_index();
+        let before = (self.kv.clone(), self.tombstones.clone(), self.kvs_index);
+        let mut results = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            match self.txn_op(idx, op) {
+                Ok(r) => results.extend(r),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        if errors.is_empty() {
+            return Ok(results);
+        }
+        (self.kv, self.tombstones, self.kvs_index) = before;
+        Err(errors)
+    }
+
+    /// A transaction of reads only (Consul's `Txn.Read`): no raft index.
+    pub fn txn_read(&self, ops: &[TxnKvOp]) -> TxnOutcome {
+        let mut results = Vec::new();
+        let mut errors = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            match self.txn_read_op(op) {
+                Ok(r) => results.extend(r),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        if errors.is_empty() {
+            Ok(results)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Consul's `txnKVS`; results of writes carry no value.
+    fn txn_op(&mut self, idx: u64, op: &TxnKvOp) -> Result<Vec<TxnResult>, String> {
+        let key = op.key.as_str();
+        let q = strconv_quote(key);
+        let (v, flags) = (op.value.clone(), op.flags);
+        let written = |st: &Store| -> Vec<TxnResult> {
+            st.kv
+                .get(key)
+                .map(|e| TxnResult {
+                    key: key.to_string(),
+                    entry: KvEntry {
+                        value: Vec::new(),
+                        ..e.clone()
+                    },
+                })
+                .into_iter()
+                .collect()
+        };
+        match op.verb.as_str() {
+            "set" => {
+                self.set_entry(idx, key, Self::fresh(flags, v), false);
+                Ok(written(self))
+            }
+            "cas" => match self.cas_at(idx, key, flags, v, op.index) {
+                true => Ok(written(self)),
+                false => Err(format!("failed to set key {q}, index is stale")),
+            },
+            "lock" => match self.lock_at(idx, key, flags, v, &op.session)? {
+                true => Ok(written(self)),
+                false => Err(format!("failed to lock key {q}, lock is already held")),
+            },
+            "unlock" => match self.unlock_at(idx, key, flags, v, &op.session)? {
+                true => Ok(written(self)),
+                false => Err(format!(
+                    "failed to unlock key {q}, lock isn't held, or is held by another session"
+                )),
+            },
+            "delete" => {
+                self.delete_entry(idx, key);
+                Ok(Vec::new())
+            }
+            "delete-cas" if self.delete_cas_at(idx, key, op.index) => Ok(Vec::new()),
+            "delete-cas" => Err(format!("failed to delete key {q}, index is stale")),
+            "delete-tree" => {
+                self.delete_tree_at(idx, key);
+                Ok(Vec::new())
+            }
+            _ => self.txn_read_op(op),
+        }
+    }
+
+    fn txn_read_op(&self, op: &TxnKvOp) -> Result<Vec<TxnResult>, String> {
+        let key = op.key.as_str();
+        let q = strconv_quote(key);
+        let shown = |k: &str, e: &KvEntry, value_shown: bool| TxnResult {
+            key: k.to_string(),
+            entry: KvEntry {
+                value: if value_shown {
+                    e.value.clone()
+                } else {
+                    Vec::new()
+                },
+                ..e.clone()
+            },
+        };
+        match op.verb.as_str() {
+            "get" => match self.kv.get(key) {
+                Some(e) => Ok(vec![shown(key, e, true)]),
+                None => Err(format!("key {q} doesn't exist")),
+            },
+            "get-tree" => Ok(Self::range(&self.kv, key)
+                .map(|(k, e)| shown(k, e, true))
+                .collect()),
+            "check-index" => match self.kv.get(key) {
+                None => Err(format!("failed to check index, key {q} doesn't exist")),
+                Some(e) if e.modify_index != op.index => Err(format!(
+                    "failed index check for key {q}, current modify index {} != {}",
+                    e.modify_index, op.index
+                )),
+                Some(e) => Ok(vec![shown(key, e, false)]),
+            },
+            "check-session" => match self.kv.get(key) {
+                None => Err(format!("failed to check session, key {q} doesn't exist")),
+                Some(e) if e.session.as_deref().unwrap_or("") != op.session => Err(format!(
+                    "failed session check for key {q}, current session {} != {}",
+                    strconv_quote(e.session.as_deref().unwrap_or("")),
+                    strconv_quote(&op.session)
+                )),
+                Some(e) => Ok(vec![shown(key, e, false)]),
+            },
+            "" => Err("no operation specified".to_string()),
+            verb => Err(format!("unknown KV verb {}", strconv_quote(verb))),
+        }
     }
 
     // ----- sessions -------------------------------------------------------

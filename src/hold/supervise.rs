@@ -989,7 +989,11 @@ mod tests {
         let adopted = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
         let _ = c.kill();
         let _ = c.wait();
-        assert_eq!(listed, Some(true), "/proc/self/task/*/children misses {pid}");
+        assert_eq!(
+            listed,
+            Some(true),
+            "/proc/self/task/*/children misses {pid}"
+        );
         assert!(adopted);
     }
 

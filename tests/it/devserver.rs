@@ -1727,3 +1727,205 @@ fn run_foreground_serves_until_sigterm() {
         "still listening"
     );
 }
+
+// ----- /v1/txn (Consul's agent `Txn` endpoint, from its source: no recording) -----
+
+fn txn(addr: SocketAddr, ops: Value) -> Resp {
+    put(addr, "/v1/txn", ops.to_string().as_bytes())
+}
+
+/// A create-if-absent plus a lock in one transaction: one raft index for both, the
+/// results in op order with the written values blanked, and the key then reads exactly
+/// as after `?acquire=` on a missing key.
+#[test]
+fn txn_applies_ops_at_one_index_and_answers_with_the_entries() {
+    let server = start_server();
+    let a = server.addr();
+    let sid = create_session(a, json!({"LockDelay": "2s"}));
+    let before = get(a, "/v1/kv/t/absent").index();
+    let r = txn(
+        a,
+        json!([
+            {"KV": {"Verb": "cas", "Key": "t/k", "Value": "aGk=", "Flags": 7, "Index": 0}},
+            {"kv": {"verb": "lock", "key": "t/k", "value": "aGk=", "flags": 7, "session": sid}},
+        ]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["Errors"], Value::Null);
+    let results = v["Results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let (created, locked) = (&results[0]["KV"], &results[1]["KV"]);
+    assert_eq!(created["Value"], Value::Null);
+    assert_eq!(created["LockIndex"], 0);
+    assert!(created.get("Session").is_none());
+    assert_eq!(locked["Session"], sid.as_str());
+    assert_eq!(locked["LockIndex"], 1);
+    let idx = locked["ModifyIndex"].as_u64().unwrap();
+    assert!(idx > before);
+    assert_eq!(created["ModifyIndex"].as_u64().unwrap(), idx);
+    assert_eq!(locked["CreateIndex"].as_u64().unwrap(), idx);
+    let stored = get(a, "/v1/kv/t/k").json()[0].clone();
+    assert_eq!(stored["Value"], "aGk=");
+    assert_eq!(stored["Flags"], 7);
+    assert_eq!(stored["Session"], sid.as_str());
+    assert_eq!(stored["LockIndex"], 1);
+    assert_eq!(stored["ModifyIndex"].as_u64().unwrap(), idx);
+}
+
+/// One failed op rolls the whole transaction back, with a 409 naming every failed op.
+/// The raft index is used all the same; a lock-delay is refused before raft and uses none.
+#[test]
+fn txn_failures_roll_back_and_say_why() {
+    let server = start_server();
+    let a = server.addr();
+    let sid = create_session(a, json!({"LockDelay": "30s"}));
+    assert_eq!(put(a, "/v1/kv/t/k", b"old").status, 200);
+    let at = get(a, "/v1/kv/t/k").index();
+    let r = txn(
+        a,
+        json!([
+            {"KV": {"Verb": "set", "Key": "t/other", "Value": "eA=="}},
+            {"KV": {"Verb": "cas", "Key": "t/k", "Value": "eA==", "Index": 0}},
+            {"KV": {"Verb": "check-index", "Key": "t/k", "Index": at + 100}},
+            {"KV": {"Verb": "get", "Key": "t/nope"}},
+        ]),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("application/json")
+    );
+    let v = r.json();
+    assert_eq!(v["Results"], Value::Null);
+    let what: Vec<(u64, String)> = v["Errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["OpIndex"].as_u64().unwrap(),
+                e["What"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        what,
+        vec![
+            (1, r#"failed to set key "t/k", index is stale"#.to_string()),
+            (
+                2,
+                format!(
+                    r#"failed index check for key "t/k", current modify index {at} != {}"#,
+                    at + 100
+                )
+            ),
+            (3, r#"key "t/nope" doesn't exist"#.to_string()),
+        ]
+    );
+    assert_eq!(get(a, "/v1/kv/t/other").status, 404, "op 0 was rolled back");
+    assert_eq!(get(a, "/v1/kv/t/k").json()[0]["Value"], "b2xk");
+    assert_eq!(put(a, "/v1/kv/t/next", b"").status, 200);
+    let next = get(a, "/v1/kv/t/next").index();
+    assert_eq!(next, at + 2, "the failed transaction used one raft index");
+
+    // A lock-delay: refused before raft.
+    assert_eq!(
+        put(a, &format!("/v1/kv/t/held?acquire={sid}"), b"")
+            .text()
+            .trim(),
+        "true"
+    );
+    assert_eq!(
+        put(a, &format!("/v1/session/destroy/{sid}"), b"").status,
+        200
+    );
+    let sid2 = create_session(a, json!({}));
+    assert_eq!(put(a, "/v1/kv/t/next", b"").status, 200);
+    let before = get(a, "/v1/kv/t/next").index();
+    let r = txn(
+        a,
+        json!([{"KV": {"Verb": "lock", "Key": "t/held", "Session": sid2}}]),
+    );
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json()["Errors"][0]["What"],
+        r#"failed to lock key "t/held" due to lock delay"#
+    );
+    assert_eq!(put(a, "/v1/kv/t/next", b"").status, 200);
+    assert_eq!(
+        get(a, "/v1/kv/t/next").index(),
+        before + 1,
+        "a lock-delay uses no index"
+    );
+    // An unknown session, and a key held by another session.
+    let r = txn(
+        a,
+        json!([{"KV": {"Verb": "lock", "Key": "t/x", "Session": "6e3d5e83-0000-0000-0000-000000000000"}}]),
+    );
+    assert_eq!(
+        r.json()["Errors"][0]["What"],
+        r#"invalid session "6e3d5e83-0000-0000-0000-000000000000""#
+    );
+    assert_eq!(
+        put(a, &format!("/v1/kv/t/mine?acquire={sid2}"), b"")
+            .text()
+            .trim(),
+        "true"
+    );
+    let sid3 = create_session(a, json!({}));
+    let r = txn(
+        a,
+        json!([{"KV": {"Verb": "lock", "Key": "t/mine", "Session": sid3}}]),
+    );
+    assert_eq!(
+        r.json()["Errors"][0]["What"],
+        r#"failed to lock key "t/mine", lock is already held"#
+    );
+}
+
+/// Reads only: no raft index, values shown; bad bodies and too many ops are refused
+/// before anything runs; only PUT is allowed.
+#[test]
+fn txn_reads_and_refusals() {
+    let server = start_server();
+    let a = server.addr();
+    assert_eq!(put(a, "/v1/kv/r/a", b"1").status, 200);
+    assert_eq!(put(a, "/v1/kv/r/b", b"2").status, 200);
+    let r = txn(a, json!([{"KV": {"Verb": "get-tree", "Key": "r/"}}]));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("X-Consul-Knownleader"), Some("true"));
+    let v = r.json();
+    let keys: Vec<&str> = v["Results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["KV"]["Key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["r/a", "r/b"]);
+    assert_eq!(v["Results"][1]["KV"]["Value"], "Mg==");
+
+    let ops: Vec<Value> = (0..65)
+        .map(|i| json!({"KV": {"Verb": "get", "Key": format!("r/{i}")}}))
+        .collect();
+    let r = txn(a, Value::Array(ops));
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.text(),
+        "Transaction contains too many operations (65 > 64)"
+    );
+    let r = put(a, "/v1/txn", b"{not json");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().starts_with("Failed to parse body: "),
+        "{}",
+        r.text()
+    );
+    let r = txn(
+        a,
+        json!([{"KV": {"Verb": "set", "Key": "r/c", "Value": "%%%"}}]),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(get(a, "/v1/kv/r/c").status, 404);
+    assert_eq!(get(a, "/v1/txn").status, 405);
+}
