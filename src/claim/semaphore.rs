@@ -14,9 +14,11 @@ use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay, Waited, WATCH_WAIT,
 };
+use crate::clock::BootInstant;
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{
-    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS,
+    next_index, Client, ConsulError, KvPair, QueryMeta, QueryOptions, TxnAnswer, TxnKvOp,
+    SEMAPHORE_FLAGS,
 };
 use crate::error::{Error, Result};
 use crate::ui;
@@ -174,6 +176,15 @@ impl Cushions {
     }
 }
 
+/// What one attempt to take a slot did.
+enum Slot {
+    Held(Held),
+    /// `.lock` changed since our read (or we are not in it after all).
+    Changed,
+    /// Our session does not exist (any more).
+    InvalidSession,
+}
+
 impl Semaphore {
     fn lock_key(&self) -> String {
         format!("{}/{LOCK_KEY}", self.prefix)
@@ -233,57 +244,87 @@ impl Semaphore {
         })
     }
 
-    /// Writes `.lock` by CAS against what we read; false when someone else wrote first.
-    fn write_lock(
+    /// Creates (or rewrites) our contender key with our session and reads the whole
+    /// prefix, in one transaction: the listing is as of that raft write, so it counts as
+    /// a consistent read, and blocking reads can go on from that write's index.
+    /// `None`: our session does not exist (any more).
+    fn enter(
         &self,
         client: &Client,
-        view: &View,
-        state: &LockState,
-    ) -> std::result::Result<bool, ConsulError> {
-        let cas = view.lock.as_ref().map_or(0, |p| p.modify_index);
-        let put = PutOptions {
-            flags: SEMAPHORE_FLAGS,
-            cas: Some(cas),
-            ..Default::default()
-        };
-        client.kv_put(&self.lock_key(), &state.encode(), put)
-    }
-
-    fn create_contender(&self, client: &Client, session: &dyn SessionHandle) -> Result<()> {
-        loop {
-            let sid = session.id();
-            let put = PutOptions {
-                flags: SEMAPHORE_FLAGS,
-                acquire: Some(&sid),
-                ..Default::default()
-            };
-            // Our own key with our own session: writing it again is harmless.
-            let key = self.contender_key(&sid);
-            match crate::consul::retry_transient("creating the contender key", || {
-                client.kv_put(&key, &self.value.bytes(), put)
-            }) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return Err(Error::Conflict(format!(
-                        "cannot create contender key {key:?}"
-                    )))
-                }
-                Err(e) if claim::is_invalid_session(&e) => session.recreate()?,
-                Err(e) => return Err(e.into()),
+        sid: &str,
+    ) -> std::result::Result<Option<(Vec<KvPair>, QueryMeta)>, ConsulError> {
+        let key = self.contender_key(sid);
+        let ops = [
+            TxnKvOp::lock(&key, &self.value.bytes(), SEMAPHORE_FLAGS, sid),
+            TxnKvOp::get_tree(&format!("{}/", self.prefix)),
+        ];
+        let answer = crate::consul::retry_transient("creating the contender key", || {
+            client.txn(&ops, &format!("creation of contender key {key:?}"))
+        })?;
+        match answer {
+            // The first result is the lock op's; the listing follows.
+            TxnAnswer::Done(mut results) if !results.is_empty() => {
+                let ours = results.remove(0);
+                let meta = QueryMeta {
+                    index: ours.modify_index,
+                };
+                Ok(Some((results, meta)))
             }
+            a if a.refused_for_invalid_session() => Ok(None),
+            TxnAnswer::Done(_) | TxnAnswer::Refused(_) => Err(ConsulError::BadAnswer {
+                what: format!("creation of contender key {key:?}"),
+                addr: client.config().addr.clone(),
+                detail: format!("Consul refused it: {answer:?}"),
+            }),
         }
     }
 
-    /// Rewrites our contender key (with our session): a new ModifyIndex.
-    fn touch(&self, client: &Client, sid: &str) -> std::result::Result<(), ConsulError> {
-        let put = PutOptions {
-            flags: SEMAPHORE_FLAGS,
-            acquire: Some(sid),
-            ..Default::default()
+    /// Takes a slot: writes `.lock` (`state`, by check-and-set against the view) and
+    /// rewrites our contender key in one transaction. With `state` `None` (we are
+    /// listed already, by a write whose answer we did not see) `.lock` is only checked
+    /// to be unchanged. Our key's new ModifyIndex, the fencing token, is then later than
+    /// every earlier holder's, and the lock op fails the whole transaction if our session
+    /// is gone, so a dead session never gets a slot. The raft write is the first
+    /// confirmation (see `Session::deadline`), as of when it was sent.
+    fn take_slot(
+        &self,
+        client: &Client,
+        view: &View,
+        state: Option<&LockState>,
+        sid: &str,
+    ) -> std::result::Result<Slot, ConsulError> {
+        let lock_key = self.lock_key();
+        let at = view.lock.as_ref().map_or(0, |p| p.modify_index);
+        let guard = match state {
+            Some(st) => TxnKvOp::cas(&lock_key, &st.encode(), SEMAPHORE_FLAGS, at),
+            None => TxnKvOp::check_index(&lock_key, at),
         };
-        client
-            .kv_put(&self.contender_key(sid), &self.value.bytes(), put)
-            .map(|_| ())
+        let key = self.contender_key(sid);
+        let ops = [
+            guard,
+            TxnKvOp::lock(&key, &self.value.bytes(), SEMAPHORE_FLAGS, sid),
+        ];
+        let sent = BootInstant::now();
+        let answer = client.txn(&ops, &format!("write of key {lock_key:?}"))?;
+        if answer.refused_for_invalid_session() {
+            return Ok(Slot::InvalidSession);
+        }
+        let TxnAnswer::Done(results) = answer else {
+            return Ok(Slot::Changed);
+        };
+        Ok(
+            match results
+                .into_iter()
+                .find(|p| p.key == key && p.holder() == Some(sid))
+            {
+                Some(p) => Slot::Held(Held {
+                    lock_index: 1,
+                    modify_index: p.modify_index,
+                    confirmed_at: sent,
+                }),
+                None => Slot::Changed,
+            },
+        )
     }
 
     /// Why a read of our contender key means the slot is no longer ours.
@@ -310,87 +351,64 @@ impl Claim for Semaphore {
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
-        self.create_contender(client, session)?;
         let my_delay = session.lock_delay().as_millis() as u64;
         let mut cushions = Cushions::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
-        // Our key was written after our slot was: its ModifyIndex, the fencing token, is
-        // then later than every earlier holder's.
-        let mut touched = false;
-        let mut touched_as = session.id();
+        // Our contender key must be (re)created first: at the start, and after the
+        // session or the key was lost.
+        let mut enter = true;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
         let chain_wait = session.ttl();
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
-                self.create_contender(client, session)?;
+                enter = true;
             }
             let sid = session.id();
-            if sid != touched_as {
-                touched = false;
-                touched_as = sid.clone();
+            // A listing that came with the transaction that created our key.
+            let mut entered = None;
+            if enter {
+                match self.enter(client, &sid)? {
+                    Some(listing) => entered = Some(listing),
+                    None => {
+                        session.recreate()?;
+                        continue;
+                    }
+                }
+                enter = false;
+                index = 0;
             }
-            // Plain reads are consistent: the one that shows us holding is the first
-            // confirmation (see `Session::deadline`).
-            let consistent = index == 0;
-            let q = if consistent {
+            // Plain reads are consistent, like the transaction's listing.
+            let q = if index == 0 {
                 QueryOptions::consistent()
             } else {
                 let left =
                     deadline.map_or(wait_for, |d| d.saturating_duration_since(Instant::now()));
                 QueryOptions::blocking(index, wait_for.min(left))
             };
-            let sent = crate::clock::BootInstant::now();
-            let (pairs, meta) =
-                match claim::while_waiting(client.kv_list(&self.prefix, q), deadline)? {
+            let (pairs, meta) = match entered {
+                Some(listing) => listing,
+                None => match claim::while_waiting(client.kv_list(&self.prefix, q), deadline)? {
                     Waited::Got(r) => r,
                     Waited::Retry => {
                         index = 0;
                         continue;
                     }
                     Waited::Busy => return Ok(None),
-                };
+                },
+            };
             let timed_out = index != 0 && meta.index == index;
             index = next_index(index, meta.index);
             let view = self.view(pairs)?;
-            let Some(&(my_created, my_modified)) = view.contenders.get(&sid) else {
+            let Some(&(my_created, _)) = view.contenders.get(&sid) else {
                 // Our contender key vanished (session invalidated, or an operator); start over.
-                if session.lost().is_none() {
-                    self.create_contender(client, session)?;
-                }
+                enter = session.lost().is_none();
                 index = 0;
                 continue;
             };
-            if view.state.holders.contains_key(&sid) {
-                if !touched {
-                    // The touch after our slot write failed or was never answered.
-                    match self.touch(client, &sid) {
-                        Ok(()) => touched = true,
-                        Err(e) if claim::is_invalid_session(&e) => {}
-                        Err(e) if e.is_retryable() => {
-                            if !claim::pause_after_failure(&e, deadline) {
-                                return Ok(None);
-                            }
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                    index = 0;
-                    continue;
-                }
-                if !consistent {
-                    index = 0;
-                    continue;
-                }
-                // We are in (our CAS, and the touch of our key, went through). The fencing
-                // token is our own key's ModifyIndex: only we write it, so it is unique.
-                return Ok(Some(Held {
-                    lock_index: 1,
-                    modify_index: my_modified,
-                    confirmed_at: sent,
-                }));
-            }
+            let listed = view.state.holders.contains_key(&sid);
             let mut state = view.state.clone();
             let cushion_ends = cushions.prune(&view, &mut state);
             let free = (self.limit as usize).saturating_sub(state.holders.len());
@@ -410,30 +428,22 @@ impl Claim for Semaphore {
             let rank = ahead.len();
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
             let my_turn = rank < free || timed_out || claim::deadline_passed(deadline);
-            if free > 0 && my_turn {
-                state.holders.insert(sid.clone(), true);
-                state.delays.insert(sid.clone(), my_delay);
-                // Only a touch after this write makes the token later than the holders
-                // before us (an earlier touch, of an earlier session or write, does not).
-                touched = false;
-                match claim::while_waiting(self.write_lock(client, &view, &state), deadline)? {
-                    Waited::Got(true) => {
-                        // Touch our key: that wakes the waiter behind us, and it fails if
-                        // our session died meanwhile (then the slot we wrote is pruned
-                        // by others after our cushion).
-                        match self.touch(client, &sid) {
-                            Ok(()) => touched = true,
-                            Err(e) => {
-                                touched = false;
-                                ui::verbose(format_args!(
-                                    "after taking a slot: {e}; checking again"
-                                ));
-                            }
-                        }
+            if listed || (free > 0 && my_turn) {
+                let new_state = (!listed).then(|| {
+                    state.holders.insert(sid.clone(), true);
+                    state.delays.insert(sid.clone(), my_delay);
+                    state.clone()
+                });
+                let taken = self.take_slot(client, &view, new_state.as_ref(), &sid);
+                match claim::while_waiting(taken, deadline)? {
+                    Waited::Got(Slot::Held(h)) => return Ok(Some(h)),
+                    Waited::Got(Slot::InvalidSession) => {
+                        session.recreate()?;
+                        enter = true;
                     }
-                    // Lost a CAS race (read again at once), or ambiguous: the next
-                    // (consistent) read shows whether we are in.
-                    Waited::Got(false) | Waited::Retry => {}
+                    // Lost a check-and-set race (read again at once), or ambiguous: the
+                    // next (consistent) read shows whether we are in.
+                    Waited::Got(Slot::Changed) | Waited::Retry => {}
                     Waited::Busy => return Ok(None),
                 }
                 index = 0;
@@ -509,8 +519,10 @@ impl Claim for Semaphore {
             lost.clone(),
             stop.clone(),
         );
+        // From the index at which we took the slot: any change since wakes the watch.
+        let from = held.modify_index;
         std::thread::spawn(move || {
-            claim::watch_key(&c2, &my_key, 0, policy, &*e2, &stop2, |pair| {
+            claim::watch_key(&c2, &my_key, from, policy, &*e2, &stop2, |pair| {
                 me.contender_lost(pair, &s2)
             });
         });
@@ -546,48 +558,49 @@ impl Claim for Semaphore {
     /// has passed (its command may still run).
     fn release(&self, client: &Client, session_id: &str) {
         let lock_key = self.lock_key();
-        // Our key goes first (our process group is gone already): holders leaving at the
-        // same time then see each other gone, and the last one out removes `.lock`.
-        let _ = client.kv_delete(&self.contender_key(session_id), None, false);
-        // Remove ourselves by CAS; the last one out deletes `.lock`, also by CAS, so a
-        // newcomer that just joined keeps it.
+        let mine = self.contender_key(session_id);
+        // Our key goes with our entry in `.lock`, in one transaction against the `.lock`
+        // we read: holders leaving at the same time then see each other gone, and the
+        // last one out removes `.lock`, also by check-and-set, so a newcomer that just
+        // joined keeps it.
         for _ in 0..100 {
-            let Ok((pairs, _)) = client.kv_list(&self.prefix, QueryOptions::default()) else {
+            let view = match client.kv_list(&self.prefix, QueryOptions::default()) {
+                Ok((pairs, _)) => self.view_checked(pairs, false).ok(),
+                Err(_) => None,
+            };
+            let Some(mut view) = view.filter(|v| v.lock.is_some()) else {
+                let _ = client.kv_delete(&mine, None, false);
                 break;
             };
-            let Ok(mut view) = self.view_checked(pairs, false) else {
-                break;
-            };
-            let Some(lock) = view.lock.as_ref() else {
-                break;
-            };
-            // Our own contender key may still count as alive in the view; drop us explicitly.
+            let at = view.lock.as_ref().map_or(0, |p| p.modify_index);
+            // Our own contender key still counts as alive in the view; drop us explicitly.
             view.contenders.remove(session_id);
             if !view.state.holders.contains_key(session_id) {
+                let _ = client.kv_delete(&mine, None, false);
                 break;
             }
             let mut state = view.state.clone();
             state.remove(session_id);
-            let done = if state.holders.is_empty() && view.contenders.is_empty() {
-                client.kv_delete(&lock_key, Some(lock.modify_index), false)
+            let update = if state.holders.is_empty() && view.contenders.is_empty() {
+                TxnKvOp::delete_cas(&lock_key, at)
             } else {
-                let put = PutOptions {
-                    flags: SEMAPHORE_FLAGS,
-                    cas: Some(lock.modify_index),
-                    ..Default::default()
-                };
-                client.kv_put(&lock_key, &state.encode(), put)
+                TxnKvOp::cas(&lock_key, &state.encode(), SEMAPHORE_FLAGS, at)
             };
-            match done {
-                Ok(true) => {
+            match client.txn(
+                &[TxnKvOp::delete(&mine), update],
+                &format!("release of a slot of {lock_key:?}"),
+            ) {
+                Ok(TxnAnswer::Done(_)) => {
                     ui::verbose(format_args!("released a slot of {}", self.describe()));
                     break;
                 }
-                Ok(false) => continue,
+                // `.lock` changed since our read: read again.
+                Ok(TxnAnswer::Refused(_)) => continue,
                 Err(e) => {
                     ui::warn(format_args!(
                         "could not update {lock_key}: {e}; the slot frees when the session ends"
                     ));
+                    let _ = client.kv_delete(&mine, None, false);
                     break;
                 }
             }
