@@ -249,6 +249,7 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             monitor: MonitorPolicy {
                 retries: hold.monitor_retry,
                 retry_time: hold.monitor_retry_time,
+                min_gap: Duration::ZERO,
             },
             min_hold: hold.min_hold.filter(|d| !d.is_zero()),
             max_time: hold.max_time,

@@ -30,6 +30,8 @@ pub struct MonitorPolicy {
     /// Failed reads in a row tolerated before the claim counts as lost.
     pub retries: u32,
     pub retry_time: Duration,
+    /// The least time between two reads that found the claim still ours (0: none).
+    pub min_gap: Duration,
 }
 
 /// The value a holder stores in its key.
@@ -255,7 +257,11 @@ pub fn watch_key(
             Ok((pair, meta)) => {
                 failures = 0;
                 index = next_index(index, meta.index);
-                lost(pair.as_ref())
+                let why = lost(pair.as_ref());
+                if why.is_none() && !policy.min_gap.is_zero() {
+                    std::thread::sleep(policy.min_gap);
+                }
+                why
             }
             Err(e) => {
                 failures += 1;

@@ -24,6 +24,8 @@ use crate::error::{Error, Result};
 use crate::ui;
 
 const LOCK_KEY: &str = ".lock";
+/// The least time between a holder's reads of `.lock`.
+const LOCK_WATCH_GAP: Duration = Duration::from_millis(200);
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
@@ -527,11 +529,17 @@ impl Claim for Semaphore {
             });
         });
         let lock_key = self.lock_key();
+        // `.lock` changes with every slot taken or given back anywhere; only a rewrite
+        // that drops us matters (not protected anyway: docs/safety.md), so a busy
+        // semaphore does not make every holder read it after every change.
         claim::watch_key(
             &client,
             &lock_key,
             held.modify_index,
-            policy,
+            MonitorPolicy {
+                min_gap: LOCK_WATCH_GAP,
+                ..policy
+            },
             &*lost,
             &stop,
             |pair| {

@@ -1792,10 +1792,7 @@ fn txn_failures_roll_back_and_say_why() {
         ]),
     );
     assert_eq!(r.status, 409, "{}", r.text());
-    assert_eq!(
-        r.header("Content-Type"),
-        Some("application/json")
-    );
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
     let v = r.json();
     assert_eq!(v["Results"], Value::Null);
     let what: Vec<(u64, String)> = v["Errors"]
