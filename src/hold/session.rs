@@ -423,8 +423,11 @@ fn renew_loop(shared: &Shared) {
                     return;
                 }
                 let now = Instant::now();
-                if s.paused {
-                    next = (s.renewed_at + ttl / 2).to_instant();
+                // A renewal made elsewhere (`resume_renewing`) counts too: without this
+                // a waiter that acquired after a long wait renewed twice in a row.
+                let due = (s.renewed_at + ttl / 2).to_instant();
+                if s.paused || due > next {
+                    next = due;
                 }
                 match (&s.confirm, s.confirmed_at) {
                     (Some(_), Some(c)) => {
