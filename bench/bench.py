@@ -601,6 +601,320 @@ def bench_wakeup(server, n):
     }
 
 
+def read_float(path):
+    """A timestamp a child wrote ($EPOCHREALTIME, maybe with a decimal comma), or None."""
+    try:
+        with open(path) as f:
+            return float(f.read().strip().replace(",", "."))
+    except (OSError, ValueError):
+        return None
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def stop_all(procs):
+    """SIGKILLs and reaps every process of ours still running (cleanup on any exit)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def wait_quiet(proxy, quiet=0.5, within=60.0):
+    """Until no request passed the proxy for `quiet` seconds (a waiter sits in its
+    blocking query)."""
+    last = [proxy.requests(), time.time()]
+
+    def settled():
+        n = proxy.requests()
+        if n != last[0]:
+            last[:] = [n, time.time()]
+        return time.time() - last[1] >= quiet
+
+    return wait_for(settled, within)
+
+
+# 9 -------------------------------------------------------------------------------
+def bench_lock_delay(server, binary, proxy, runs, delay_s=15):
+    """A conlock holder with --lock-delay 15s has its session destroyed
+    (`PUT /v1/session/destroy`, which applies the lock-delay, as tests/it/peers.rs does
+    with an expiry); a conlock waiter for the same key, queued before and talking through
+    the counting proxy, must sleep through the delay instead of polling and start its
+    child right after it. Lateness = the child's own timestamp - (the moment the destroy
+    was sent + the delay): measured from before the call, so it errs on the late side."""
+    tool = Tool("conlock", binary, server)
+    rs = []
+    for i in range(runs):
+        d = tempfile.mkdtemp()
+        pidfile, started, go, ev = (os.path.join(d, n) for n in ("pid", "started", "go", "events"))
+        herr, werr = os.path.join(d, "holder.err"), os.path.join(d, "waiter.err")
+        key = f"bench/lockdelay/{i}/{time.time_ns()}"
+        procs = []
+        try:
+            with open(herr, "w") as e:
+                h = tool.run([binary, "run", "--key", key, "--lock-delay", f"{delay_s}s", "--kill-grace", "1s",
+                              "--", "bash", "-c", f"echo $$ > {pidfile}; exec sleep 600"], stderr=e)
+            procs.append(h)
+            wait_for(lambda: h.poll() is not None or (server.holder(key) is not None and os.path.exists(pidfile)))
+            if h.poll() is not None:
+                raise SystemExit(f"bench: row 9 holder exited {h.returncode}: {read_text(herr).strip()}")
+            sid = server.holder(key)
+            sess = [s for s in server.sessions() if s["ID"] == sid]
+            applied = sess[0]["LockDelay"] / 1e9 if sess else None
+            with open(werr, "w") as e:
+                w = tool.run([binary, "run", "--key", key, "--timeout", "120s", "--events", ev, "--", "bash", "-c",
+                              f"echo $EPOCHREALTIME > {started}; while [ ! -e {go} ]; do sleep 0.01; done"],
+                             addr=proxy.hostport, stderr=e)
+            procs.append(w)
+            if not wait_for(lambda: w.poll() is not None or '"waiting"' in read_text(ev)):
+                raise SystemExit("bench: row 9 waiter never reported waiting")
+            if w.poll() is not None:
+                raise SystemExit(f"bench: row 9 waiter exited {w.returncode}: {read_text(werr).strip()}")
+            if not wait_quiet(proxy):
+                raise SystemExit("bench: row 9 waiter never settled in its blocking query")
+            before = proxy.requests()
+            t0 = time.time()
+            server.call("PUT", f"/v1/session/destroy/{sid}")
+            t1 = time.time()
+            # Sampled shortly before the delay ends (as tests/it/peers.rs does).
+            time.sleep(max(0.0, t0 + delay_s - 0.25 - time.time()))
+            during = proxy.requests() - before
+            # The child stays until `go`, so conlock's release is not counted; polling every
+            # 5 ms reads the count well before the monitor's first query (50 ms after start).
+            if not wait_for(lambda: read_float(started) is not None or w.poll() is not None, delay_s + 120):
+                raise SystemExit("bench: row 9 waiter's child never started")
+            to_start = proxy.requests() - before
+            t_child = read_float(started)
+            if t_child is None:
+                raise SystemExit(f"bench: row 9 waiter exited {w.returncode} without running: {read_text(werr).strip()}")
+            open(go, "w").close()
+            code = w.wait(timeout=60)
+            hcode = h.wait(timeout=60)
+            rs.append({
+                "requests_during_delay": during,
+                "requests_until_child_started": to_start,
+                "late_ms": (t_child - (t0 + delay_s)) * 1000,
+                "late_ms_from_destroy_answer": (t_child - (t1 + delay_s)) * 1000,
+                "destroy_call_ms": (t1 - t0) * 1000,
+                "lock_delay_s": applied,
+                "waiter_exit": code,
+                "holder_exit": hcode,
+            })
+        finally:
+            open(go, "w").close()
+            stop_all(procs)
+    late = [r["late_ms"] for r in rs]
+    return {
+        "runs": len(rs),
+        "lock_delay_s": rs[0]["lock_delay_s"],
+        "invalidated_by": "PUT /v1/session/destroy/<holder session> (lock-delay applied)",
+        "requests_until_child_started": max(r["requests_until_child_started"] for r in rs),
+        "requests_during_delay": max(r["requests_during_delay"] for r in rs),
+        "requests_note": "the waiter's requests through the counting proxy from the destroy: until its child "
+                         "wrote its timestamp, and until 250 ms before the delay ended (max over runs)",
+        "late_ms_p50": statistics.median(late),
+        "late_ms_max": max(late),
+        "started_inside_lock_delay": sum(1 for v in late if v < 0),
+        "runs_all": rs,
+    }
+
+
+# 10 ------------------------------------------------------------------------------
+def unshare_works():
+    """None if PID namespaces can be made here, else why not (as tests/it/guardian.rs)."""
+    if not shutil.which("unshare"):
+        return "unshare is not installed"
+    try:
+        r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
+                           stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot run unshare: {e}"
+    if r.returncode != 0:
+        return (f"unshare --pid --fork --mount-proc failed ({r.returncode}: {r.stderr.strip()}); "
+                "needs root or user namespaces")
+    return None
+
+
+def bench_no_reaper(server, binary, runs, lock_delay="15s"):
+    """tests/it/guardian.rs `failover_when_pid_1_never_reaps`: the holder runs in a PID
+    namespace whose init is `sleep` (it never reaps), its command stamps the time and
+    SIGKILLs conlock; the guardian must take the zombie command for dead and release.
+    Failover = the waiter's child's timestamp - the kill's. The lock-delay only matters
+    if the session were invalidated instead of released: 15 s makes that visible."""
+    why = unshare_works()
+    if why:
+        print(f"bench: row 10 skipped: {why}", file=sys.stderr)
+        return {"skipped": True, "skip_reason": why}
+    tool = Tool("conlock", binary, server)
+    fails, failovers = [], []
+    for i in range(runs):
+        d = tempfile.mkdtemp()
+        marker, go, killed, started, ev = (os.path.join(d, n) for n in ("running", "go", "killed", "started", "events"))
+        nserr = os.path.join(d, "ns.err")
+        key = f"bench/noreaper/{i}/{time.time_ns()}"
+        inner = (f"touch {marker}; while [ ! -e {go} ]; do sleep 0.01; done; "
+                 f"echo $EPOCHREALTIME > {killed}; kill -9 $PPID; exec sleep 600")
+        env = tool.env()
+        env.update({"B_BIN": binary, "B_KEY": key, "B_DELAY": lock_delay, "B_INNER": inner})
+        procs = []
+        try:
+            with open(nserr, "w") as e:
+                ns = subprocess.Popen(
+                    ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
+                     '"$B_BIN" run --key "$B_KEY" --lock-delay "$B_DELAY" -- bash -c "$B_INNER" & exec sleep 100000'],
+                    env=env, stdin=subprocess.DEVNULL, stderr=e)
+            procs.append(ns)
+            if not wait_for(lambda: os.path.exists(marker) or ns.poll() is not None):
+                raise SystemExit("bench: row 10 holder never started")
+            if ns.poll() is not None or not os.path.exists(marker):
+                raise SystemExit(f"bench: row 10 namespace exited {ns.returncode}: {read_text(nserr).strip()}")
+            w = tool.run([binary, "run", "--key", key, "--timeout", "120s", "--events", ev, "--",
+                          "bash", "-c", f"echo $EPOCHREALTIME > {started}"], stderr=subprocess.DEVNULL)
+            procs.append(w)
+            if not wait_for(lambda: w.poll() is not None or '"waiting"' in read_text(ev)):
+                raise SystemExit("bench: row 10 waiter never reported waiting")
+            open(go, "w").close()
+            code = w.wait(timeout=180)
+            t0, t1 = read_float(killed), read_float(started)
+            if code != 0 or t0 is None or t1 is None:
+                fails.append({"waiter_exit": code, "killed": t0, "started": t1})
+            else:
+                failovers.append((t1 - t0) * 1000)
+        finally:
+            open(go, "w").close()
+            stop_all(procs)  # SIGKILL of unshare: --kill-child takes the whole namespace
+    return {
+        "runs": len(failovers),
+        "failed_runs": fails,
+        "lock_delay": lock_delay,
+        "killed": "conlock (the holder) by its own command, SIGKILL, inside a PID namespace whose PID 1 is sleep",
+        "p50_ms": statistics.median(failovers) if failovers else None,
+        "max_ms": max(failovers) if failovers else None,
+        "all_ms": failovers,
+    }
+
+
+# 11 ------------------------------------------------------------------------------
+def proc_status_kib(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def proc_pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def children_of(ppid):
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == ppid:
+            out.append(int(name))
+    return out
+
+
+def same_exe(a, b):
+    try:
+        return os.readlink(f"/proc/{a}/exe") == os.readlink(f"/proc/{b}/exe")
+    except OSError:
+        return False
+
+
+def bench_guardian_rss(server, binary, runs):
+    """VmHWM (peak RSS) of conlock and of its guardian (the child of conlock running
+    conlock's executable that is not the command), read while the command runs. RSS
+    counts the pages the forked guardian still shares with conlock; PSS (shared pages
+    split among their users) is given beside it."""
+    tool = Tool("conlock", binary, server)
+    rows, notes = [], []
+    for i in range(runs):
+        d = tempfile.mkdtemp()
+        pidfile, go = os.path.join(d, "pid"), os.path.join(d, "go")
+        key = f"bench/rss/{i}/{time.time_ns()}"
+        p = tool.run([binary, "run", "--key", key, "--", "sh", "-c",
+                      f"echo $$ > {pidfile}; while [ ! -e {go} ]; do sleep 0.01; done"])
+        try:
+            if not wait_for(lambda: p.poll() is not None or read_text(pidfile).strip().isdigit()):
+                raise SystemExit("bench: row 11 command never started")
+            if p.poll() is not None:
+                raise SystemExit(f"bench: row 11 conlock exited {p.returncode}")
+            cmd = int(read_text(pidfile))
+            found = []
+
+            def guardian_seen():
+                found[:] = [c for c in children_of(p.pid) if c != cmd and same_exe(c, p.pid)]
+                return bool(found)
+
+            wait_for(guardian_seen, 10)
+            if len(found) != 1:
+                notes.append(f"run {i}: {len(found)} guardian candidates {found}")
+            g = found[0] if found else None
+            rows.append({
+                "conlock_hwm_kib": proc_status_kib(p.pid, "VmHWM"),
+                "conlock_pss_kib": proc_pss_kib(p.pid),
+                "guardian_hwm_kib": proc_status_kib(g, "VmHWM") if g else None,
+                "guardian_rss_kib": proc_status_kib(g, "VmRSS") if g else None,
+                "guardian_pss_kib": proc_pss_kib(g) if g else None,
+            })
+            open(go, "w").close()
+            code = p.wait(timeout=60)
+            if code != 0:
+                raise SystemExit(f"bench: row 11 conlock exited {code}")
+        finally:
+            open(go, "w").close()
+            stop_all([p])
+
+    def mib(field, f):
+        v = [r[field] / 1024 for r in rows if r[field] is not None]
+        return f(v) if v else None
+
+    return {
+        "runs": len(rows),
+        "conlock_hwm_mib_p50": mib("conlock_hwm_kib", statistics.median),
+        "conlock_hwm_mib_max": mib("conlock_hwm_kib", max),
+        "conlock_pss_mib_p50": mib("conlock_pss_kib", statistics.median),
+        "guardian_hwm_mib_p50": mib("guardian_hwm_kib", statistics.median),
+        "guardian_hwm_mib_max": mib("guardian_hwm_kib", max),
+        "guardian_pss_mib_p50": mib("guardian_pss_kib", statistics.median),
+        "unit": "MiB (1024 * 1024 bytes); the targets are 5 MB and 2.5 MB (10^6 bytes) = 4.77 and 2.38 MiB",
+        "note": "VmHWM from /proc/<pid>/status while the command runs (after conlock acquired and "
+                "started it); the guardian is found as conlock's child with conlock's executable "
+                "that is not the command",
+        "problems": notes,
+        "runs_all": rows,
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "target", "release", "conlock"))
@@ -608,7 +922,7 @@ def main():
     ap.add_argument("--compare-consul-lock", metavar="PATH", help="also measure this consul binary's `consul lock`")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="comma-separated measurement numbers")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="comma-separated measurement numbers")
     a = ap.parse_args()
     only = {int(x) for x in a.only.split(",")}
     binary = os.path.abspath(a.bin)
@@ -653,6 +967,16 @@ def main():
         if 6 in only:
             print("[conlock] 6 idle load ...", file=sys.stderr)
             c["6_idle"] = bench_idle(binary, server, proxy, 10 if a.quick else 30)
+        conlock_only = "conlock only: `consul lock` is not measured in this row" if a.compare_consul_lock else "conlock"
+        if 9 in only:
+            print("[conlock] 9 waiter during a 15 s lock-delay ...", file=sys.stderr)
+            c["9_lock_delay"] = dict(bench_lock_delay(server, binary, proxy, 1 if a.quick else 2), tools=conlock_only)
+        if 10 in only:
+            print("[conlock] 10 failover after SIGKILL, PID 1 never reaps ...", file=sys.stderr)
+            c["10_no_reaper"] = dict(bench_no_reaper(server, binary, 3 if a.quick else 5), tools=conlock_only)
+        if 11 in only:
+            print("[conlock] 11 peak RSS of conlock and its guardian ...", file=sys.stderr)
+            c["11_rss"] = dict(bench_guardian_rss(server, binary, min(runs, 10)), tools=conlock_only)
         if server.proc and 7 in only:
             print("[dev-server] 7 wake-up of 1000 blocking queries ...", file=sys.stderr)
             results["7_devserver_wakeup"] = bench_wakeup(server, 1000)
@@ -704,8 +1028,24 @@ def report(r, out):
         ("5 semaphore max concurrent", ("5_semaphore", "max_concurrent"), "", "<= 4"),
         ("6 idle holder requests/min", ("6_idle", "holder_rpm"), "", "~27 (8 renewals + 19 confirmations)"),
         ("6 idle waiter requests/min", ("6_idle", "per_waiter_rpm"), "", "<= 0.2 (1 per 5 min)"),
+        ("9 waiter reqs, 15 s lock-delay", ("9_lock_delay", "requests_until_child_started"), "", "<= 5"),
+        ("9 of them before the delay ended", ("9_lock_delay", "requests_during_delay"), "", ""),
+        ("9 start after lock-delay p50", ("9_lock_delay", "late_ms_p50"), "ms", "<= 100 ms"),
+        ("9 start after lock-delay max", ("9_lock_delay", "late_ms_max"), "ms", "<= 100 ms"),
+        ("10 failover, PID 1 no reaper p50", ("10_no_reaper", "p50_ms"), "ms", "<= 100 ms"),
+        ("10 failover, PID 1 no reaper max", ("10_no_reaper", "max_ms"), "ms", "<= 100 ms"),
+        ("11 conlock peak RSS (VmHWM) p50", ("11_rss", "conlock_hwm_mib_p50"), "MiB", "<= 4.77 MiB (5 MB)"),
+        ("11 guardian peak RSS (VmHWM) p50", ("11_rss", "guardian_hwm_mib_p50"), "MiB", "<= 2.38 MiB (2.5 MB)"),
+        ("11 guardian peak RSS (VmHWM) max", ("11_rss", "guardian_hwm_mib_max"), "MiB", "<= 2.38 MiB (2.5 MB)"),
+        ("11 guardian PSS p50", ("11_rss", "guardian_pss_mib_p50"), "MiB", ""),
     ]
     rows = [(n, get(c, *path), unit, target, get(other, *path) if other else None) for n, path, unit, target in spec]
+    nr = get(c, "10_no_reaper") or {}
+    at = next((i for i, row in enumerate(rows) if row[0].startswith("11 ")), len(rows))
+    if nr.get("skipped"):
+        rows.insert(at, ("10 failover, PID 1 no reaper", "skipped", "", "<= 100 ms", None))
+    if nr.get("failed_runs"):
+        rows.insert(at, ("10 runs without a failover", len(nr["failed_runs"]), "", "0", None))
     w = r.get("7_devserver_wakeup")
     if w:
         rows += [
