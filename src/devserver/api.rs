@@ -589,7 +589,7 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
     use base64::Engine as _;
     let raw: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let Value::Array(items) = raw else {
-        return Err(format!("unexpected raw type: {}", json_kind(&raw)));
+        return Err(format!("unexpected raw type: {}", go_type(&raw)));
     };
     let field = |m: &serde_json::Map<String, Value>, name: &str| {
         m.iter()
@@ -599,7 +599,7 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
     let mut ops = Vec::new();
     for item in items {
         let Value::Object(op) = item else {
-            return Err(format!("unexpected raw op type: {}", json_kind(&item)));
+            return Err(format!("unexpected raw op type: {}", go_type(&item)));
         };
         let Some(Value::Object(kv)) = field(&op, "KV") else {
             // Not a KV op (Consul 1.0 knows no other kind): an empty verb, which fails
@@ -612,7 +612,7 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
             Some(Value::String(s)) => Ok(s),
             Some(v) => Err(format!(
                 "'{name}' expected type 'string', got {}",
-                json_kind(&v)
+                go_type(&v)
             )),
         };
         let number = |name: &str| match field(&kv, name) {
@@ -622,7 +622,7 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
                 .ok_or_else(|| format!("cannot parse '{name}', {n} overflows uint64")),
             Some(v) => Err(format!(
                 "'{name}' expected type 'uint64', got {}",
-                json_kind(&v)
+                go_type(&v)
             )),
         };
         let value = match field(&kv, "Value") {
@@ -630,7 +630,7 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
             Some(Value::String(s)) => base64::engine::general_purpose::STANDARD
                 .decode(s)
                 .map_err(|e| format!("failed to decode value: {e}"))?,
-            Some(v) => return Err(format!("unexpected value type: {}", json_kind(&v))),
+            Some(v) => return Err(format!("unexpected value type: {}", go_type(&v))),
         };
         ops.push(TxnKvOp {
             verb: string("Verb")?,
@@ -642,17 +642,6 @@ fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
         });
     }
     Ok(ops)
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "float64",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
-    }
 }
 
 // ----- sessions -----------------------------------------------------------
