@@ -272,7 +272,9 @@ impl Semaphore {
                 };
                 Ok(Some((results, meta)))
             }
-            a if a.refused_for_invalid_session() => Ok(None),
+            // Our own key under a lock-delay: our session was invalidated (Consul
+            // refuses for the lock-delay before it would say the session is invalid).
+            a if a.refused_for_invalid_session() || a.refused_for_lock_delay() => Ok(None),
             TxnAnswer::Done(_) | TxnAnswer::Refused(_) => Err(ConsulError::BadAnswer {
                 what: format!("creation of contender key {key:?}"),
                 addr: client.config().addr.clone(),
@@ -308,7 +310,8 @@ impl Semaphore {
         ];
         let sent = BootInstant::now();
         let answer = client.txn(&ops, &format!("write of key {lock_key:?}"))?;
-        if answer.refused_for_invalid_session() {
+        // A lock-delay on our own key: our session was invalidated (see `enter`).
+        if answer.refused_for_invalid_session() || answer.refused_for_lock_delay() {
             return Ok(Slot::InvalidSession);
         }
         let TxnAnswer::Done(results) = answer else {

@@ -383,7 +383,23 @@ impl Client {
         )?;
         let r: TxnResponse = self.decode(&a, what)?;
         if a.status == 409 {
-            return Ok(TxnAnswer::Refused(r.errors.unwrap_or_default()));
+            let refused = TxnAnswer::Refused(r.errors.unwrap_or_default());
+            // A refusal no retry can mend (an ACL denial comes this way, not as a 403).
+            if let Some(why) = refused.unexpected_refusal() {
+                if why.contains("Permission denied") {
+                    return Err(ConsulError::AclDenied {
+                        what: what.to_string(),
+                        body: why,
+                        token_hint: self.token_hint(),
+                    });
+                }
+                return Err(ConsulError::Rejected {
+                    what: what.to_string(),
+                    status: 409,
+                    body: why,
+                });
+            }
+            return Ok(refused);
         }
         Ok(TxnAnswer::Done(
             r.results
@@ -491,11 +507,7 @@ impl Client {
             403 => Err(ConsulError::AclDenied {
                 what: what.to_string(),
                 body: error_text(&answer.body),
-                token_hint: if self.cfg.token.is_some() {
-                    format!("check the ACL token from {}", self.cfg.token_origin)
-                } else {
-                    "no ACL token was sent: set CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE or --token".into()
-                },
+                token_hint: self.token_hint(),
             }),
             status @ 500..=599 => Err(ConsulError::Server {
                 what: what.to_string(),
@@ -507,6 +519,14 @@ impl Client {
                 status,
                 body: error_text(&answer.body),
             }),
+        }
+    }
+
+    fn token_hint(&self) -> String {
+        if self.cfg.token.is_some() {
+            format!("check the ACL token from {}", self.cfg.token_origin)
+        } else {
+            "no ACL token was sent: set CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE or --token".into()
         }
     }
 

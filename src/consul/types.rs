@@ -250,6 +250,27 @@ impl TxnAnswer {
         self.refused_with("invalid session")
     }
 
+    /// Consul's reason for a refusal that is not a conflict with other writers (a stale
+    /// index, a key held or missing), a lock-delay or an invalid session: an ACL denial,
+    /// say. Retrying cannot help; `None` when there is no such reason.
+    pub fn unexpected_refusal(&self) -> Option<String> {
+        const EXPECTED: &[&str] = &[
+            "index is stale",
+            "lock is already held",
+            "doesn't exist",
+            "failed index check",
+            "due to lock delay",
+            "invalid session",
+        ];
+        match self {
+            TxnAnswer::Refused(errors) => errors
+                .iter()
+                .find(|e| !EXPECTED.iter().any(|x| e.what.contains(x)))
+                .map(|e| e.what.clone()),
+            TxnAnswer::Done(_) => None,
+        }
+    }
+
     fn refused_with(&self, text: &str) -> bool {
         matches!(self, TxnAnswer::Refused(errors) if errors.iter().any(|e| e.what.contains(text)))
     }

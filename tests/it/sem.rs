@@ -288,3 +288,47 @@ fn operator_removing_our_holder_entry_stops_the_child() {
         .unwrap());
     assert_eq!(wait_exit(&mut a, LONG).code(), Some(124));
 }
+
+/// A waiter whose session is invalidated while it waits (an operator, `break`, its node
+/// failing) gets a new session and goes on waiting. Consul refuses its old contender key
+/// for the lock-delay before it would say the session is gone; that must not end the
+/// waiter with 125.
+#[test]
+fn waiter_whose_session_is_destroyed_waits_on_with_a_new_one() {
+    let server = start_server();
+    let ran = scratch("semlost").join("ran");
+    let mut a = conlock(&server)
+        .args(["sem", "--limit", "1", "--prefix", "semlost", "--"])
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || holders(&server, "semlost").len() == 1));
+    let holder = holders(&server, "semlost")[0].clone();
+    let mut b = KillOnDrop(
+        conlock(&server)
+            .args(["sem", "--limit", "1", "--prefix", "semlost"])
+            .args(["--lock-delay", "5s", "--kill-grace", "1s", "--"])
+            .args(marked(&ran, "true"))
+            .spawn()
+            .unwrap(),
+    );
+    let c = client(&server);
+    let waiter = || {
+        c.kv_list("semlost", QueryOptions::default())
+            .unwrap()
+            .0
+            .into_iter()
+            .filter_map(|p| p.session)
+            .find(|s| *s != holder)
+    };
+    assert!(wait_for(LONG, || waiter().is_some()));
+    let old = waiter().unwrap();
+    assert!(c.session_destroy(&old).unwrap());
+    // It is back in line under a new session.
+    assert!(wait_for(LONG, || waiter().is_some_and(|s| s != old)));
+    assert!(b.0.try_wait().unwrap().is_none(), "the waiter gave up");
+    signal(a.id(), libc::SIGTERM);
+    wait_exit(&mut a, LONG);
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    assert!(ran.exists());
+}
