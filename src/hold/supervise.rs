@@ -784,18 +784,55 @@ pub(super) fn signal_if_same(pid: i32, start: u64, sig: i32) {
 /// /proc lists only thread-group leaders, so conlock's own threads never show up.
 fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
     let me = std::process::id() as i32;
-    let candidates = match own_children() {
-        Some(pids) => pids,
-        None => {
-            let Ok(dir) = std::fs::read_dir("/proc") else {
-                return Vec::new();
-            };
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                .collect()
+    // A child that dies between the read of the children lists and the read of its stat
+    // hands its own children to us in that gap, and they are in neither read: so while a
+    // pass finds a child newly dead (zombie or gone), read the lists again. Once it shows
+    // dead, its children are already on our lists.
+    let mut dead: Vec<i32> = Vec::new();
+    for _ in 0..64 {
+        let Some(candidates) = own_children() else {
+            return adopted_from_proc_scan(prior, pgid);
+        };
+        let mut newly_dead = false;
+        let mut found = Vec::new();
+        for pid in candidates {
+            match proc_stat(pid) {
+                Some(st) if st.state != b'Z' => {
+                    let ours = st.ppid == me && st.pgrp != pgid;
+                    if ours && !prior.contains(&(pid, st.start)) {
+                        found.push(Proc {
+                            pid,
+                            start: st.start,
+                        });
+                    }
+                }
+                _ if !dead.contains(&pid) => {
+                    dead.push(pid);
+                    newly_dead = true;
+                }
+                _ => {}
+            }
         }
+        if !newly_dead {
+            return found;
+        }
+    }
+    adopted_from_proc_scan(prior, pgid)
+}
+
+/// `adopted_children` where /proc/self/task/*/children is missing: every process is read
+/// (in ascending pid order, so a re-parented grandchild, younger than its dead parent, is
+/// read after it).
+fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
     };
-    candidates
-        .into_iter()
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.into_iter()
         .filter_map(|pid| {
             let st = proc_stat(pid)?;
             let ours = st.ppid == me && st.state != b'Z' && st.pgrp != pgid;
@@ -976,6 +1013,50 @@ mod tests {
         assert!(found, "child {pid} not listed");
         assert!(!in_group);
         assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
+    }
+
+    /// A child that exits while we list our children hands its own child to us (we are a
+    /// subreaper, as conlock is): every listing must show one or the other. Found by
+    /// review: the grandchild slipped through the gap between the children lists and the
+    /// child's stat, and conlock released while it ran.
+    #[test]
+    fn a_dying_childs_child_is_never_missed() {
+        use std::io::Read;
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        let mut misses = 0;
+        for _ in 0..150 {
+            let mut p = Command::new("sh")
+                .args(["-c", "sleep 30 & echo $!; exec sleep 0.002"])
+                .process_group(0)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            let mut out = p.stdout.take().unwrap();
+            let mut byte = [0u8; 1];
+            while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+                line.push(byte[0] as char);
+            }
+            let (pp, e) = (p.id() as i32, line.trim().parse::<i32>().unwrap());
+            loop {
+                let listed = adopted_children(&[], -1);
+                let has = |x: i32| listed.iter().any(|c| c.pid == x);
+                if has(e) {
+                    break;
+                }
+                if !has(pp) {
+                    misses += 1;
+                    break;
+                }
+            }
+            unsafe { libc::kill(e, libc::SIGKILL) };
+            let _ = p.wait();
+            unsafe { libc::waitpid(e, std::ptr::null_mut(), 0) };
+        }
+        assert_eq!(
+            misses, 0,
+            "listings that showed neither the child nor its child"
+        );
     }
 
     #[test]
