@@ -72,20 +72,15 @@ pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
         // One write per line, so concurrent writers (several conlocks on one file opened
         // for appending) never interleave within a line. A failure ends the events,
         // never the run.
-        let queue = ui::Queue::spawn("events", move |line| match file.write_all(line) {
+        let queue = ui::Queue::new("events", move |line| match file.write_all(line) {
             Ok(()) => true,
             Err(e) => {
                 ui::warn(format_args!("cannot write --events: {e}; no more events"));
                 false
             }
         });
-        if let Err(e) = &queue {
-            ui::warn(format_args!(
-                "cannot start the --events writer: {e}; no events"
-            ));
-        }
         let _ = STATE.set(Mutex::new(State {
-            queue: queue.ok(),
+            queue: Some(queue),
             kind,
             target: target.to_string(),
         }));

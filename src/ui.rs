@@ -33,25 +33,72 @@ pub fn stderr_is_terminal() -> bool {
 
 /// Bytes written by a thread of their own: a reader that stops reading (a full pipe, a
 /// hung-up terminal) blocks only that thread, never the ones that supervise the command
-/// or renew the session.
+/// or renew the session. The thread starts with the first bytes, so a run that writes
+/// nothing costs no thread.
 pub struct Queue {
-    tx: Sender<Vec<u8>>,
+    name: String,
+    state: Mutex<Writer>,
     /// Chunks sent and not yet written; the writer notifies after each one.
     pending: Arc<(Mutex<usize>, Condvar)>,
 }
 
+type WriteFn = Box<dyn FnMut(&[u8]) -> bool + Send>;
+
+enum Writer {
+    /// Nothing sent yet.
+    Idle(WriteFn),
+    Running(Sender<Vec<u8>>),
+    /// The thread could not start: written in place.
+    Inline(WriteFn),
+}
+
 impl Queue {
-    /// Starts the thread; `write` returns false to stop writing (what follows is dropped).
-    pub fn spawn(
-        name: &str,
-        mut write: impl FnMut(&[u8]) -> bool + Send + 'static,
-    ) -> std::io::Result<Queue> {
+    /// `write` returns false to stop writing (what follows is dropped).
+    pub fn new(name: &str, write: impl FnMut(&[u8]) -> bool + Send + 'static) -> Queue {
+        Queue {
+            name: name.into(),
+            state: Mutex::new(Writer::Idle(Box::new(write))),
+            pending: Arc::new((Mutex::new(0usize), Condvar::new())),
+        }
+    }
+
+    pub fn send(&self, bytes: Vec<u8>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(&*state, Writer::Idle(_)) {
+            if let Writer::Idle(write) =
+                std::mem::replace(&mut *state, Writer::Inline(Box::new(|_| true)))
+            {
+                *state = self.start(write);
+            }
+        }
+        match &mut *state {
+            Writer::Running(tx) => {
+                let n = &self.pending.0;
+                *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                if tx.send(bytes).is_err() {
+                    *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                }
+            }
+            Writer::Inline(write) => {
+                write(&bytes);
+            }
+            Writer::Idle(_) => {}
+        }
+    }
+
+    fn start(&self, write: WriteFn) -> Writer {
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        let pending = Arc::new((Mutex::new(0usize), Condvar::new()));
-        let count = pending.clone();
-        std::thread::Builder::new()
-            .name(name.into())
+        let count = self.pending.clone();
+        // Where the thread takes `write` from: if it cannot start, it is still there.
+        let slot = Arc::new(Mutex::new(Some(write)));
+        let theirs = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name(self.name.clone())
             .spawn(move || {
+                let Some(mut write) = theirs.lock().unwrap_or_else(|p| p.into_inner()).take()
+                else {
+                    return;
+                };
                 let mut open = true;
                 for chunk in rx {
                     if open {
@@ -61,15 +108,15 @@ impl Queue {
                     *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
                     written.notify_all();
                 }
-            })?;
-        Ok(Queue { tx, pending })
-    }
-
-    pub fn send(&self, bytes: Vec<u8>) {
-        let n = &self.pending.0;
-        *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        if self.tx.send(bytes).is_err() {
-            *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            });
+        match spawned {
+            Ok(_) => Writer::Running(tx),
+            Err(_) => Writer::Inline(
+                slot.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .unwrap_or_else(|| Box::new(|_| true)),
+            ),
         }
     }
 
@@ -107,14 +154,11 @@ pub fn detach() {
     if w.is_some() {
         return;
     }
-    let spawned = Queue::spawn("stderr", |b| {
+    *w = Some(Arc::new(Queue::new("stderr", |b| {
         let _ = std::io::stderr().write_all(b);
         true
-    });
-    if let Ok(q) = spawned {
-        *w = Some(Arc::new(q));
-        DETACHED.store(true, Ordering::SeqCst);
-    }
+    })));
+    DETACHED.store(true, Ordering::SeqCst);
 }
 
 /// Waits until detached messages are written (see `Queue::flush`).

@@ -175,6 +175,9 @@ struct Answer {
     body: Vec<u8>,
 }
 
+/// Size of each connection's read and write buffers.
+const IO_BUFFER: usize = 16 * 1024;
+
 impl Client {
     pub fn new(cfg: ConnConfig) -> Result<Client> {
         let tls = build_tls(&cfg)?;
@@ -182,7 +185,13 @@ impl Client {
             .http_status_as_error(false)
             .tls_config(tls)
             .user_agent(concat!("conlock/", env!("CARGO_PKG_VERSION")))
-            .max_idle_connections_per_host(8);
+            .max_idle_connections_per_host(8)
+            // ureq zeroes 128 KiB each way per connection by default: about 64 page faults
+            // in every short run. Consul's headers are far smaller, and bodies are read in
+            // pieces of the buffer's size, so larger values still arrive whole.
+            .input_buffer_size(IO_BUFFER)
+            .output_buffer_size(IO_BUFFER)
+            .max_response_header_size(IO_BUFFER);
         if cfg.is_loopback() {
             builder = builder.proxy(None);
         }

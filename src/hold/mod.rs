@@ -5,6 +5,7 @@
 pub mod guardian;
 pub mod pgroup;
 pub mod session;
+mod spawn;
 pub mod supervise;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -215,10 +216,12 @@ fn hold_guarded(
     // The spawn returned after the exec: the command has started (--min-hold and
     // --max-time count from here).
     let started = Instant::now();
-    // Started after the child so that its first request does not slow the spawn; a loss
-    // in between is still seen, as the watch starts from the acquisition's index.
+    // Started a little after the child, by the supervising loop: a job that ends within
+    // MONITOR_DELAY costs no thread and no request for it. A loss meanwhile is still
+    // seen at once when it starts (the watch starts from the acquisition's index), and
+    // the deadline does not depend on the monitor.
     let stop_monitor = Arc::new(AtomicBool::new(false));
-    {
+    let start_monitor: Box<dyn FnOnce()> = {
         let (claim, client, sid, held, policy, tx, stop) = (
             claim.clone(),
             client.clone(),
@@ -228,37 +231,34 @@ fn hold_guarded(
             tx.clone(),
             stop_monitor.clone(),
         );
-        let lost = tx.clone();
-        let report: crate::claim::LossReport = Arc::new(move |reason| {
-            let _ = tx.send(Event::Lost(reason));
-        });
-        if let Err(e) = std::thread::Builder::new()
-            .name("monitor".into())
-            .spawn(move || {
-                // A job that ends within this costs no request for its monitor. A loss
-                // meanwhile is still seen at once after it (the watch starts from the
-                // acquisition's index), and the deadline does not depend on the monitor.
-                let start = Instant::now() + MONITOR_DELAY;
-                while Instant::now() < start {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                claim.monitor(client, sid, held, policy, report, stop)
-            })
-        {
-            // Without a monitor the lock cannot be watched: stop as if it were lost.
-            let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
-        }
-    }
+        Box::new(move || {
+            let lost = tx.clone();
+            let report: crate::claim::LossReport = Arc::new(move |reason| {
+                let _ = tx.send(Event::Lost(reason));
+            });
+            if let Err(e) = std::thread::Builder::new()
+                .name("monitor".into())
+                .spawn(move || claim.monitor(client, sid, held, policy, report, stop))
+            {
+                // Without a monitor the lock cannot be watched: stop as if it were lost.
+                let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
+            }
+        })
+    };
+    let mut later: supervise::Later = Some((started + MONITOR_DELAY, start_monitor));
 
     if let Some(limit) = spec.max_time {
         start_max_time_timer(limit, started, tx.clone());
     }
 
     let (outcome, group_gone) =
-        supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop);
+        supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop, &mut later);
+    // Still holding after the command (survivors, --min-hold): watch the claim meanwhile.
+    if let Some((_, start_monitor)) = later.take() {
+        if !group_gone || spec.min_hold.is_some() {
+            start_monitor();
+        }
+    }
     let pgid = child.pid();
     child.finish();
     if !group_gone {

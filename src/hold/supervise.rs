@@ -12,9 +12,7 @@ use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -239,33 +237,13 @@ impl Child {
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::signal(libc::SIGTTIN, libc::SIG_IGN);
         }
-        let mut cmd = Command::new(&program.path);
-        cmd.arg0(&program.argv[0])
-            .args(&program.argv[1..])
-            .envs(env.iter().map(|(k, v)| (k, v)));
-        cmd.process_group(0);
-        unsafe {
-            cmd.pre_exec(move || {
-                // Only async-signal-safe calls here.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                if sigchld_ignored {
-                    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
-                }
-                for (sig, dfl) in [libc::SIGTTOU, libc::SIGTTIN].into_iter().zip(tty_defaults) {
-                    if dfl {
-                        libc::signal(sig, libc::SIG_DFL);
-                    }
-                }
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                if terminal {
-                    give_terminal(libc::getpid());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| {
+        let setup = super::spawn::Setup {
+            sigchld_ignored,
+            tty_defaults,
+            terminal,
+            parent,
+        };
+        let pid = super::spawn::spawn(&program.path, &program.argv, env, &setup).map_err(|e| {
             let shown = &program.display;
             match e.kind() {
                 std::io::ErrorKind::NotFound => {
@@ -277,7 +255,7 @@ impl Child {
                 _ => Error::NotExecutable(format!("cannot run {shown}: {e}")),
             }
         })?;
-        let pid = Pid::from_raw(child.id() as i32);
+        let pid = Pid::from_raw(pid);
         if terminal {
             unsafe { give_terminal(pid.as_raw()) };
         }
@@ -465,11 +443,16 @@ pub enum Outcome {
 /// Waits for the child while watching `events` and the session deadline; returns once the
 /// command (its process group and every escaped descendant) is gone, or with `false` if
 /// part of it survives even SIGKILL (the lock must then not be released).
+/// Work the supervising loop does once its time comes (starting the monitor), unless the
+/// command ended first.
+pub type Later = Option<(Instant, Box<dyn FnOnce()>)>;
+
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
     session_deadline: &dyn Fn() -> Instant,
     policy: StopPolicy,
+    later: &mut Later,
 ) -> (Outcome, bool) {
     let mut lost: Option<String> = None;
     let mut timed_out = false;
@@ -510,6 +493,9 @@ pub fn supervise(
         }
         if let Some(k) = kill_at.filter(|_| !killed) {
             wake = wake.min(k);
+        }
+        if let Some((at, _)) = later {
+            wake = wake.min(*at);
         }
         match events.recv_timeout(wake.saturating_duration_since(now)) {
             Ok(Event::ChildExited(code)) => status = Some(code),
@@ -577,6 +563,11 @@ pub fn supervise(
             }
         }
         let now = Instant::now();
+        if later.as_ref().is_some_and(|(at, _)| now >= *at) {
+            if let Some((_, run)) = later.take() {
+                run();
+            }
+        }
         let due = session_deadline();
         if lost.is_none() && status.is_none() && now >= due {
             lose(
@@ -965,7 +956,7 @@ fn foreground_terminal() -> bool {
 
 /// Makes `pgid` the terminal's foreground group, ignoring SIGTTOU meanwhile.
 /// Async-signal-safe: also used between fork and exec.
-unsafe fn give_terminal(pgid: libc::pid_t) {
+pub(super) unsafe fn give_terminal(pgid: libc::pid_t) {
     let mut set: libc::sigset_t = std::mem::zeroed();
     let mut old: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut set);
@@ -978,6 +969,8 @@ unsafe fn give_terminal(pgid: libc::pid_t) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
 
     #[test]
     fn reads_own_stat_and_finds_spawned_children() {
