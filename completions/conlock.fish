@@ -76,10 +76,10 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l client-key -d 'C
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
@@ -109,10 +109,10 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l client-key -d 'C
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l key -d 'A lock key' -r
@@ -130,9 +130,9 @@ complete -c conlock -n "__fish_conlock_using_subcommand status" -l client-key -d
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/status.schema.json)'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/status.schema.json)'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l key -d 'A lock key' -r
@@ -150,9 +150,9 @@ complete -c conlock -n "__fish_conlock_using_subcommand watch" -l client-key -d 
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand watch" -l json -d 'One JSON object per line'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -l json -d 'One JSON object per line'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l key -d 'A lock key' -r
@@ -171,9 +171,9 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -l datacenter -d 
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
-complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l addr -d 'Address to listen on (port 0 picks a free port)' -r

@@ -65,6 +65,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Only the subcommand given is built: building all of them was most of clap's start-up.
+#[command(defer = true)]
 pub enum Command {
     /// Run a command while holding a lock (one holder at a time)
     #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
@@ -193,7 +195,7 @@ pub enum Behavior {
     Delete,
 }
 
-/// Options shared by `run` and `sem`: the session, the wait, and the child.
+// Options shared by `run` and `sem`: the session, the wait, and the child.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Session, wait and command")]
 pub struct HoldArgs {
@@ -287,7 +289,7 @@ pub struct SemArgs {
     pub conn: ConnArgs,
 }
 
-/// A lock key or a prefix (lock `P/.lock`, or a semaphore under `P`).
+// A lock key or a prefix (lock `P/.lock`, or a semaphore under `P`).
 #[derive(Debug, Clone, Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["key", "prefix"]))]
 pub struct TargetArgs {
