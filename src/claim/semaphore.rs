@@ -526,11 +526,19 @@ impl Claim for Semaphore {
         );
         // From the index at which we took the slot: any change since wakes the watch.
         let from = held.modify_index;
-        std::thread::spawn(move || {
-            claim::watch_key(&c2, &my_key, from, policy, &*e2, &stop2, |pair| {
-                me.contender_lost(pair, &s2)
+        let contender_watch = std::thread::Builder::new()
+            .name("monitor".into())
+            .spawn(move || {
+                claim::watch_key(&c2, &my_key, from, policy, &*e2, &stop2, |pair| {
+                    me.contender_lost(pair, &s2)
+                });
             });
-        });
+        if let Err(e) = contender_watch {
+            // The `.lock` watch below and the confirmations still see a loss.
+            crate::ui::warn(format_args!(
+                "cannot start the watch of our contender key ({e}); a loss is seen through .lock or at the next confirmation"
+            ));
+        }
         let lock_key = self.lock_key();
         // `.lock` changes with every slot taken or given back anywhere; only a rewrite
         // that drops us matters (not protected anyway: docs/safety.md), so a busy

@@ -175,8 +175,9 @@ struct Answer {
     body: Vec<u8>,
 }
 
-/// Size of each connection's read and write buffers.
-const IO_BUFFER: usize = 16 * 1024;
+/// Sizes of each connection's read and write buffers.
+const INPUT_BUFFER: usize = 32 * 1024;
+const OUTPUT_BUFFER: usize = 16 * 1024;
 
 impl Client {
     pub fn new(cfg: ConnConfig) -> Result<Client> {
@@ -187,11 +188,13 @@ impl Client {
             .user_agent(concat!("conlock/", env!("CARGO_PKG_VERSION")))
             .max_idle_connections_per_host(8)
             // ureq zeroes 128 KiB each way per connection by default: about 64 page faults
-            // in every short run. Consul's headers are far smaller, and bodies are read in
-            // pieces of the buffer's size, so larger values still arrive whole.
-            .input_buffer_size(IO_BUFFER)
-            .output_buffer_size(IO_BUFFER)
-            .max_response_header_size(IO_BUFFER);
+            // in every short run. Headers are far smaller, and bodies pass through the
+            // buffers in pieces, so larger values still arrive whole. The header limit
+            // stays below the input buffer, so that headers too large (a proxy's) are
+            // reported as such instead of as a dropped connection.
+            .input_buffer_size(INPUT_BUFFER)
+            .output_buffer_size(OUTPUT_BUFFER)
+            .max_response_header_size(INPUT_BUFFER - 1024);
         if cfg.is_loopback() {
             builder = builder.proxy(None);
         }

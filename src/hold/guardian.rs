@@ -192,10 +192,10 @@ fn set_nonblocking(fd: RawFd) {
 
 /// True if this process has exactly one thread (then fork leaves no lock held).
 fn single_threaded() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.strip_prefix("Threads:").map(str::trim) == Some("1"))
-    })
+    // The link count of /proc/self/task is 2 plus the number of threads: one stat
+    // instead of reading /proc/self/status.
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/task").is_ok_and(|m| m.nlink() == 3)
 }
 
 /// Forks the guardian if this process has a single thread; returns conlock's end.
@@ -609,5 +609,24 @@ fn kill_descendants(conlock_pid: i32) {
     let me = std::process::id() as i32;
     for (pid, st) in super::supervise::descendants(conlock_pid, &[me]) {
         super::supervise::signal_if_same(pid, st.start(), libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_threaded;
+
+    #[test]
+    fn single_threaded_counts_the_threads_of_this_process() {
+        // The test harness runs this on a thread of its own: never single-threaded.
+        assert!(!single_threaded());
+        // A forked child has just the thread that forked.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe { libc::_exit(if single_threaded() { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     }
 }

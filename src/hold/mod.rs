@@ -199,14 +199,27 @@ fn hold_guarded(
     }
     // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
     // may already run, so the command must not start.
-    if Instant::now() >= session.deadline() {
-        supervise::announce_loss(supervise::DEADLINE_PASSED, "not starting the command");
-        claim.release(client, &session_id);
-        session.destroy();
-        return Ok(exit_event(exit::LOST, "lost"));
-    }
-    let child = match Child::spawn(&spec.program, &env, tx.clone(), guardian.map(|g| &**g)) {
-        Ok(c) => c,
+    // The child checks the deadline again right before its exec: it may be stopped
+    // between (Ok(None)).
+    let spawned = if Instant::now() >= session.deadline() {
+        Ok(None)
+    } else {
+        Child::spawn(
+            &spec.program,
+            &env,
+            tx.clone(),
+            guardian.map(|g| &**g),
+            session.deadline(),
+        )
+    };
+    let child = match spawned {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            supervise::announce_loss(supervise::DEADLINE_PASSED, "not starting the command");
+            claim.release(client, &session_id);
+            session.destroy();
+            return Ok(exit_event(exit::LOST, "lost"));
+        }
         Err(e) => {
             claim.release(client, &session_id);
             session.destroy();
@@ -221,7 +234,7 @@ fn hold_guarded(
     // seen at once when it starts (the watch starts from the acquisition's index), and
     // the deadline does not depend on the monitor.
     let stop_monitor = Arc::new(AtomicBool::new(false));
-    let start_monitor: Box<dyn FnOnce()> = {
+    let start_monitor: Box<dyn FnMut() -> bool> = {
         let (claim, client, sid, held, policy, tx, stop) = (
             claim.clone(),
             client.clone(),
@@ -231,18 +244,32 @@ fn hold_guarded(
             tx.clone(),
             stop_monitor.clone(),
         );
+        let mut warned = false;
         Box::new(move || {
-            let lost = tx.clone();
+            let tx = tx.clone();
             let report: crate::claim::LossReport = Arc::new(move |reason| {
                 let _ = tx.send(Event::Lost(reason));
             });
-            if let Err(e) = std::thread::Builder::new()
+            let (claim, client, sid, held, stop) = (
+                claim.clone(),
+                client.clone(),
+                sid.clone(),
+                held.clone(),
+                stop.clone(),
+            );
+            let started = std::thread::Builder::new()
                 .name("monitor".into())
-                .spawn(move || claim.monitor(client, sid, held, policy, report, stop))
-            {
-                // Without a monitor the lock cannot be watched: stop as if it were lost.
-                let _ = lost.send(Event::Lost(format!("cannot start the monitor thread: {e}")));
+                .spawn(move || claim.monitor(client, sid, held, policy, report, stop));
+            if let Err(e) = &started {
+                // The command may use up the threads allowed (RLIMIT_NPROC). Confirmations
+                // still find a loss before the deadline; the monitor only makes it fast.
+                if !std::mem::replace(&mut warned, true) {
+                    ui::warn(format_args!(
+                        "cannot start the monitor thread ({e}); a loss is seen at the next confirmation instead; trying again every second"
+                    ));
+                }
             }
+            started.is_ok()
         })
     };
     let mut later: supervise::Later = Some((started + MONITOR_DELAY, start_monitor));
@@ -254,7 +281,7 @@ fn hold_guarded(
     let (outcome, group_gone) =
         supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop, &mut later);
     // Still holding after the command (survivors, --min-hold): watch the claim meanwhile.
-    if let Some((_, start_monitor)) = later.take() {
+    if let Some((_, mut start_monitor)) = later.take() {
         if !group_gone || spec.min_hold.is_some() {
             start_monitor();
         }

@@ -29,7 +29,13 @@ pub struct Setup {
     pub terminal: bool,
     /// conlock's pid: a child whose parent is already someone else must not run.
     pub parent: libc::pid_t,
+    /// CLOCK_BOOTTIME nanoseconds by which the command must be stopped: a child that gets
+    /// that far before its exec (it was stopped, say) does not exec.
+    pub deadline_ns: u64,
 }
+
+/// The errno a child reports when the deadline passed before its exec.
+pub const DEADLINE_PASSED: i32 = libc::ETIME;
 
 /// Spawns `path` with `argv` and conlock's environment plus `env` (which overrides), in a
 /// new process group. Returns the child's pid once it has exec'd; an exec that failed is
@@ -48,14 +54,23 @@ pub fn spawn(
     let envp = environment(env)?;
     let argv_ptrs = null_terminated(&argv);
     let envp_ptrs = null_terminated(&envp);
+    // A script without `#!` is run by /bin/sh, as execvp does (and std's spawn did).
+    let sh = c"/bin/sh";
+    let script_argv: Vec<*const libc::c_char> = [sh.as_ptr(), path.as_ptr()]
+        .into_iter()
+        .chain(argv_ptrs.iter().skip(1).copied())
+        .collect();
     let mut child = ChildArgs {
         path: path.as_ptr(),
         argv: argv_ptrs.as_ptr(),
         envp: envp_ptrs.as_ptr(),
+        sh: sh.as_ptr(),
+        script_argv: script_argv.as_ptr(),
         sigchld_ignored: setup.sigchld_ignored,
         tty_defaults: setup.tty_defaults,
         terminal: setup.terminal,
         parent: setup.parent,
+        deadline_ns: setup.deadline_ns,
         error: 0,
     };
     let mut stack = Stack(MaybeUninit::uninit());
@@ -103,10 +118,14 @@ struct ChildArgs {
     path: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
+    sh: *const libc::c_char,
+    /// `/bin/sh PATH ARGS...`, for ENOEXEC.
+    script_argv: *const *const libc::c_char,
     sigchld_ignored: bool,
     tty_defaults: [bool; 2],
     terminal: bool,
     parent: libc::pid_t,
+    deadline_ns: u64,
     /// Set by the child to the errno of the exec that failed.
     error: libc::c_int,
 }
@@ -139,6 +158,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 set_disposition(sig, libc::SIG_DFL);
             }
         }
+        #[cfg(test)]
+        tests::before_setpgid();
         if libc::setpgid(0, 0) != 0 {
             fail(a);
         }
@@ -152,11 +173,44 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if a.terminal {
             super::supervise::give_terminal(libc::getpid());
         }
+        // A stop signal sent to conlock's group before the setpgid is pending here
+        // (blocked). Delivered now, it would stop the child before its exec, where
+        // conlock (waiting in clone) cannot see it and a SIGCONT to conlock's group
+        // cannot reach it. conlock got it too and forwards it after the exec, so it is
+        // dropped here (setting SIG_IGN discards a pending signal). Other signals act as
+        // they would have on the fork of old: a terminating one ends the child.
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        if libc::sigpending(&mut pending) == 0 {
+            for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+                if libc::sigismember(&pending, sig) == 1 {
+                    let mut now: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(sig, ptr::null(), &mut now);
+                    set_disposition(sig, libc::SIG_IGN);
+                    libc::sigaction(sig, &now, ptr::null_mut());
+                }
+            }
+        }
         // std's spawn starts the command with an empty signal mask too.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &none, ptr::null_mut());
+        // Stopped (or stalled) since conlock checked its deadline: the claim may be
+        // another's by now, so the command must not start.
+        let mut ts: libc::timespec = std::mem::zeroed();
+        if libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) == 0
+            && (ts.tv_sec as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(ts.tv_nsec as u64)
+                >= a.deadline_ns
+        {
+            *libc::__errno_location() = DEADLINE_PASSED;
+            fail(a);
+        }
         libc::execve(a.path, a.argv, a.envp);
+        if *libc::__errno_location() == libc::ENOEXEC {
+            libc::execve(a.sh, a.script_argv, a.envp);
+            *libc::__errno_location() = libc::ENOEXEC;
+        }
         fail(a)
     }
 }
@@ -187,17 +241,15 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
     })
 }
 
-/// conlock's environment with `extra` set on top, as `KEY=VALUE` strings.
+/// conlock's environment with `extra` set on top, as `KEY=VALUE` strings. A name set
+/// twice keeps its last value, as with std's spawn.
 fn environment(extra: &[(String, String)]) -> io::Result<Vec<CString>> {
-    let mut vars: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
-        .filter(|(k, _)| !extra.iter().any(|(e, _)| k.as_bytes() == e.as_bytes()))
+    let mut vars: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = std::env::vars_os()
         .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
         .collect();
-    vars.extend(
-        extra
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())),
-    );
+    for (k, v) in extra {
+        vars.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    }
     vars.into_iter()
         .map(|(mut k, v)| {
             k.push(b'=');
@@ -218,6 +270,129 @@ fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Called by the child right before its setpgid (a function pointer, or 0). Set only
+    /// in forked helper processes, never in the test process itself.
+    static BEFORE_SETPGID: AtomicUsize = AtomicUsize::new(0);
+
+    pub(super) fn before_setpgid() {
+        let hook = BEFORE_SETPGID.load(Ordering::SeqCst);
+        if hook != 0 {
+            let hook: extern "C" fn() = unsafe { std::mem::transmute(hook) };
+            hook();
+        }
+    }
+
+    extern "C" fn stop_own_group() {
+        unsafe { libc::kill(0, libc::SIGTSTP) };
+    }
+
+    extern "C" fn nothing(_: libc::c_int) {}
+
+    /// Runs `body` in a forked process of its own group; its exit code, or None if it
+    /// did not end within 20 s (then it and its group are killed).
+    fn in_helper(body: impl FnOnce() -> i32) -> Option<i32> {
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe {
+                libc::setpgid(0, 0);
+                libc::_exit(body());
+            }
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut status = 0;
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                return Some(libc::WEXITSTATUS(status));
+            }
+            if std::time::Instant::now() > until {
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_stop_signal_to_the_old_group_before_setpgid_does_not_stop_the_child() {
+        // The helper catches SIGTSTP like conlock does; its child stops the helper's group
+        // while it is still in it. Before the fix the child stopped before its exec and
+        // the helper waited in clone for good.
+        let code = in_helper(|| unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigaction(libc::SIGTSTP, &act, ptr::null_mut());
+            BEFORE_SETPGID.store(stop_own_group as extern "C" fn() as usize, Ordering::SeqCst);
+            let Ok(pid) = spawn(Path::new("/bin/true"), &["true"], &[], &setup()) else {
+                return 2;
+            };
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                3
+            }
+        });
+        assert_eq!(code, Some(0), "the spawn hung or the command did not run");
+    }
+
+    #[test]
+    fn a_child_that_reaches_the_deadline_does_not_exec() {
+        let dir = std::env::temp_dir().join(format!("conlock-spawn-dl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mark = dir.join("ran");
+        let late = Setup {
+            deadline_ns: 1,
+            ..setup()
+        };
+        let e = spawn(
+            Path::new("/bin/sh"),
+            &["sh", "-c", &format!("touch {}", mark.display())],
+            &[],
+            &late,
+        )
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(DEADLINE_PASSED));
+        assert!(!mark.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_script_without_a_shebang_runs_with_bin_sh() {
+        let dir = std::env::temp_dir().join(format!("conlock-spawn-sh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("noshebang");
+        let out = dir.join("out");
+        std::fs::write(&script, format!("echo \"$0 $1\" > {}\n", out.display())).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let pid = spawn(&script, &["noshebang", "arg1"], &[], &setup()).unwrap();
+        assert_eq!(wait(pid), 0);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(text.trim(), format!("{} arg1", script.display()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_name_set_twice_keeps_the_last_value() {
+        let env = environment(&[
+            ("CONLOCK_T".into(), "a".into()),
+            ("CONLOCK_T".into(), "b".into()),
+        ])
+        .unwrap();
+        let hits: Vec<_> = env
+            .iter()
+            .filter(|e| e.as_bytes().starts_with(b"CONLOCK_T="))
+            .collect();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].as_bytes(), b"CONLOCK_T=b");
+    }
 
     fn setup() -> Setup {
         Setup {
@@ -225,6 +400,7 @@ mod tests {
             tty_defaults: [true, true],
             terminal: false,
             parent: std::process::id() as libc::pid_t,
+            deadline_ns: u64::MAX,
         }
     }
 

@@ -206,13 +206,15 @@ pub struct Child {
 
 impl Child {
     /// Spawns the program in a new process group guarded against our own death.
-    /// A reaper thread reports the child's end as `Event::ChildExited`.
+    /// A reaper thread reports the child's end as `Event::ChildExited`. `Ok(None)`: the
+    /// child reached `deadline` before its exec (it was stopped) and did not exec.
     pub fn spawn(
         program: &Program,
         env: &[(String, String)],
         events: Sender<Event>,
         guardian: Option<&Guardian>,
-    ) -> Result<Child> {
+        deadline: Instant,
+    ) -> Result<Option<Child>> {
         // Orphaned grandchildren are re-parented to us, so zombies never keep the group "alive".
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -225,10 +227,7 @@ impl Child {
             unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
-        let prior = adopted_children(&[], 0)
-            .into_iter()
-            .map(|p| (p.pid, p.start))
-            .collect();
+        let prior = prior_children();
         // While the command owns the terminal, conlock is a background process there: a
         // message written with `stty tostop`, or a terminal query, must not stop it
         // (SIGTTOU, SIGTTIN) while it supervises. The child gets what conlock inherited.
@@ -242,8 +241,16 @@ impl Child {
             tty_defaults,
             terminal,
             parent,
+            deadline_ns: BootInstant::from_instant(deadline).as_nanos(),
         };
-        let pid = super::spawn::spawn(&program.path, &program.argv, env, &setup).map_err(|e| {
+        let spawned = super::spawn::spawn(&program.path, &program.argv, env, &setup);
+        if spawned
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(super::spawn::DEADLINE_PASSED))
+        {
+            return Ok(None);
+        }
+        let pid = spawned.map_err(|e| {
             let shown = &program.display;
             match e.kind() {
                 std::io::ErrorKind::NotFound => {
@@ -270,11 +277,11 @@ impl Child {
             "started {} as pid {pid} (own process group)",
             program.display
         ));
-        Ok(Child {
+        Ok(Some(Child {
             pid,
             terminal,
             prior,
-        })
+        }))
     }
 
     pub fn pid(&self) -> Pid {
@@ -444,8 +451,8 @@ pub enum Outcome {
 /// command (its process group and every escaped descendant) is gone, or with `false` if
 /// part of it survives even SIGKILL (the lock must then not be released).
 /// Work the supervising loop does once its time comes (starting the monitor), unless the
-/// command ended first.
-pub type Later = Option<(Instant, Box<dyn FnOnce()>)>;
+/// command ended first. It returns false to be tried again a second later.
+pub type Later = Option<(Instant, Box<dyn FnMut() -> bool>)>;
 
 pub fn supervise(
     child: &Child,
@@ -563,9 +570,13 @@ pub fn supervise(
             }
         }
         let now = Instant::now();
-        if later.as_ref().is_some_and(|(at, _)| now >= *at) {
-            if let Some((_, run)) = later.take() {
-                run();
+        if let Some((at, run)) = later {
+            if now >= *at {
+                if run() {
+                    *later = None;
+                } else {
+                    *at = now + Duration::from_secs(1);
+                }
             }
         }
         let due = session_deadline();
@@ -838,6 +849,24 @@ fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
 /// conlock's children from /proc/self/task/*/children: one read per thread instead of
 /// one per process on the machine. None where the kernel lacks the file
 /// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
+/// conlock's children before the command starts (the guardian, children inherited
+/// across the exec that started conlock), as (pid, start time). Only the main thread
+/// forks, and an exec hands the children of other threads to it, so its list is all.
+fn prior_children() -> Vec<(i32, u64)> {
+    let list = format!("/proc/self/task/{}/children", std::process::id());
+    match std::fs::read_to_string(list) {
+        Ok(text) => text
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .filter_map(|pid| Some((pid, proc_stat(pid)?.start)))
+            .collect(),
+        Err(_) => adopted_children(&[], 0)
+            .into_iter()
+            .map(|p| (p.pid, p.start))
+            .collect(),
+    }
+}
+
 fn own_children() -> Option<Vec<i32>> {
     let leader = std::process::id().to_string();
     let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
