@@ -90,6 +90,7 @@ fn hold_guarded(
         session: session.handle(),
     };
 
+    let prior = supervise::Prior::now();
     let wait = WaitDisplay::start(claim.describe());
     let deadline = spec.timeout.map(|t| Instant::now() + t);
     let acquired = claim.acquire(client, &session, deadline, &wait);
@@ -210,6 +211,7 @@ fn hold_guarded(
             tx.clone(),
             guardian.map(|g| &**g),
             session.deadline(),
+            prior,
         )
     };
     let child = match spawned {

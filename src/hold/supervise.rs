@@ -214,6 +214,7 @@ impl Child {
         events: Sender<Event>,
         guardian: Option<&Guardian>,
         deadline: Instant,
+        prior: Prior,
     ) -> Result<Option<Child>> {
         // Orphaned grandchildren are re-parented to us, so zombies never keep the group "alive".
         unsafe {
@@ -227,7 +228,6 @@ impl Child {
             unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
-        let prior = prior_children();
         // While the command owns the terminal, conlock is a background process there: a
         // message written with `stty tostop`, or a terminal query, must not stop it
         // (SIGTTOU, SIGTTIN) while it supervises. The child gets what conlock inherited.
@@ -280,7 +280,7 @@ impl Child {
         Ok(Some(Child {
             pid,
             terminal,
-            prior,
+            prior: prior.0,
         }))
     }
 
@@ -849,9 +849,19 @@ fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
 /// conlock's children from /proc/self/task/*/children: one read per thread instead of
 /// one per process on the machine. None where the kernel lacks the file
 /// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
-/// conlock's children before the command starts (the guardian, children inherited
-/// across the exec that started conlock), as (pid, start time). Only the main thread
-/// forks, and an exec hands the children of other threads to it, so its list is all.
+/// conlock's children from before the command (the guardian, children inherited across
+/// the exec that started conlock): never the command's. Taken before the wait, so that a
+/// waiter that acquires spawns sooner; no child of conlock's appears in between.
+pub struct Prior(Vec<(i32, u64)>);
+
+impl Prior {
+    pub fn now() -> Prior {
+        Prior(prior_children())
+    }
+}
+
+/// As (pid, start time). Only the main thread forks, and an exec hands the children of
+/// other threads to it, so its list is all.
 fn prior_children() -> Vec<(i32, u64)> {
     let list = format!("/proc/self/task/{}/children", std::process::id());
     match std::fs::read_to_string(list) {
