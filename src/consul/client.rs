@@ -623,6 +623,11 @@ impl Client {
                         "the agent at {} answered plain HTTP; use http:// or check CONSUL_HTTP_SSL",
                         self.cfg.addr
                     );
+                } else if detail.contains("response header is too big") {
+                    detail = format!(
+                        "its response headers are larger than {} KiB (a proxy in between?)",
+                        (INPUT_BUFFER - 1024) / 1024
+                    );
                 } else if detail.contains("not valid for name") {
                     detail.push_str(
                         " (name the certificate's host with --tls-server-name or CONSUL_TLS_SERVER_NAME, or check CONSUL_CACERT/--ca-file)",

@@ -105,6 +105,13 @@ impl Guardian {
         }
     }
 
+    /// Runs `f` with the pipe's descriptor (-1 if the guardian is gone), holding the pipe:
+    /// the descriptor stays open meanwhile, and `f` may write one whole line to it.
+    pub fn with_pipe_fd<R>(&self, f: impl FnOnce(RawFd) -> R) -> R {
+        let pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
+        f(pipe.as_ref().map_or(-1, |p| p.as_raw_fd()))
+    }
+
     /// The command's whole group is gone; from now on the guardian signals nothing.
     pub fn group_gone(&self) {
         self.send(&Msg::GroupGone);
@@ -614,7 +621,13 @@ fn kill_descendants(conlock_pid: i32) {
 
 #[cfg(test)]
 mod tests {
-    use super::single_threaded;
+    use super::{line, single_threaded, Msg};
+
+    #[test]
+    fn a_process_group_line_is_what_the_spawned_child_writes() {
+        // src/hold/spawn.rs writes this line without serde, between clone and exec.
+        assert_eq!(line(&Msg::ProcessGroup(1234)), b"{\"ProcessGroup\":1234}\n");
+    }
 
     #[test]
     fn single_threaded_counts_the_threads_of_this_process() {

@@ -202,7 +202,8 @@ fn hold_guarded(
     // may already run, so the command must not start.
     // The child checks the deadline again right before its exec: it may be stopped
     // between (Ok(None)).
-    let spawned = if Instant::now() >= session.deadline() {
+    let deadline = session.boot_deadline();
+    let spawned = if deadline.has_passed() {
         Ok(None)
     } else {
         Child::spawn(
@@ -210,7 +211,7 @@ fn hold_guarded(
             &env,
             tx.clone(),
             guardian.map(|g| &**g),
-            session.deadline(),
+            deadline,
             prior,
         )
     };
@@ -503,6 +504,13 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                     Phase::Holding(tx) => {
                         if TERMINATING.contains(&sig) {
                             STOP_REQUESTED.store(true, Ordering::SeqCst);
+                            // A child stopped between clone and exec (a Ctrl-Z there)
+                            // keeps conlock waiting in clone: let it go on, so that the
+                            // supervising loop runs and hands the signal on.
+                            let spawning = spawn::SPAWNING.load(Ordering::SeqCst);
+                            if spawning > 0 {
+                                unsafe { libc::kill(spawning, libc::SIGCONT) };
+                            }
                         }
                         let _ = tx.send(Event::Signal(sig));
                     }

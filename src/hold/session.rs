@@ -202,6 +202,11 @@ impl Session {
         deadline(&self.state(), &self.shared.spec).to_instant()
     }
 
+    /// `deadline()` on CLOCK_BOOTTIME, as kept (no conversion that a suspend could shift).
+    pub fn boot_deadline(&self) -> BootInstant {
+        deadline(&self.state(), &self.shared.spec)
+    }
+
     /// Holding from now on: `confirmed_at` is when the read that showed us holding was
     /// sent; `confirm` repeats it every `SessionSpec::confirm_every`.
     pub fn start_confirming(&self, confirmed_at: BootInstant, confirm: ConfirmFn) {

@@ -32,6 +32,22 @@ pub struct Setup {
     /// CLOCK_BOOTTIME nanoseconds by which the command must be stopped: a child that gets
     /// that far before its exec (it was stopped, say) does not exec.
     pub deadline_ns: u64,
+    /// The guardian's pipe (-1: none): the child tells it its process group itself, so
+    /// that a conlock stopped right after the exec still has a guardian that knows it.
+    pub guardian_fd: libc::c_int,
+}
+
+/// The pid of a child between clone and exec (0: none), for the signal thread: a child
+/// stopped there (Ctrl-Z) keeps conlock waiting in clone until it is continued.
+pub static SPAWNING: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// What `spawn` started.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: libc::pid_t,
+    /// A stop signal from the terminal that reached the child between taking the
+    /// terminal and its exec: it was held back there, to be sent to the group now.
+    pub held_stop: Option<libc::c_int>,
 }
 
 /// The errno a child reports when the deadline passed before its exec.
@@ -45,7 +61,7 @@ pub fn spawn(
     argv: &[impl AsRef<OsStr>],
     env: &[(String, String)],
     setup: &Setup,
-) -> io::Result<libc::pid_t> {
+) -> io::Result<Spawned> {
     let path = cstring(path.as_os_str().as_bytes())?;
     let argv = argv
         .iter()
@@ -71,6 +87,8 @@ pub fn spawn(
         terminal: setup.terminal,
         parent: setup.parent,
         deadline_ns: setup.deadline_ns,
+        guardian_fd: setup.guardian_fd,
+        held_stop: 0,
         error: 0,
     };
     let mut stack = Stack(MaybeUninit::uninit());
@@ -82,13 +100,17 @@ pub fn spawn(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = stack.0.as_mut_ptr().cast::<u8>().add(STACK_SIZE);
+        // CLONE_PARENT_SETTID: the kernel writes the child's pid to SPAWNING before the
+        // child runs.
         let pid = libc::clone(
             child_main,
             top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID | libc::SIGCHLD,
             ptr::addr_of_mut!(child).cast(),
+            SPAWNING.as_ptr(),
         );
         let clone_error = io::Error::last_os_error();
+        SPAWNING.store(0, std::sync::atomic::Ordering::SeqCst);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
         if pid < 0 {
             return Err(clone_error);
@@ -102,7 +124,11 @@ pub fn spawn(
             {}
             return Err(io::Error::from_raw_os_error(error));
         }
-        Ok(pid)
+        let held = ptr::read_volatile(ptr::addr_of!(child.held_stop));
+        Ok(Spawned {
+            pid,
+            held_stop: (held != 0).then_some(held),
+        })
     }
 }
 
@@ -126,6 +152,9 @@ struct ChildArgs {
     terminal: bool,
     parent: libc::pid_t,
     deadline_ns: u64,
+    guardian_fd: libc::c_int,
+    /// Set by the child: see `Spawned::held_stop`.
+    held_stop: libc::c_int,
     /// Set by the child to the errno of the exec that failed.
     error: libc::c_int,
 }
@@ -163,6 +192,17 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::setpgid(0, 0) != 0 {
             fail(a);
         }
+        // A stop signal sent to conlock's group before the setpgid is pending here
+        // (blocked). Delivered, it would stop the child before its exec, where conlock
+        // (waiting in clone) cannot see it and a SIGCONT to conlock's group cannot reach
+        // it. conlock got it too and forwards it after the exec, so it is dropped here.
+        drop_pending_stop();
+        if a.guardian_fd >= 0 {
+            let mut buf = [0u8; 48];
+            let line = process_group_line(libc::getpid(), &mut buf);
+            // One line below PIPE_BUF: written whole or not at all.
+            libc::write(a.guardian_fd, line.as_ptr().cast(), line.len());
+        }
         // The guardian kills the group if conlock dies; this covers the moment before it
         // learns the group's ID.
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
@@ -172,23 +212,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         if a.terminal {
             super::supervise::give_terminal(libc::getpid());
-        }
-        // A stop signal sent to conlock's group before the setpgid is pending here
-        // (blocked). Delivered now, it would stop the child before its exec, where
-        // conlock (waiting in clone) cannot see it and a SIGCONT to conlock's group
-        // cannot reach it. conlock got it too and forwards it after the exec, so it is
-        // dropped here (setting SIG_IGN discards a pending signal). Other signals act as
-        // they would have on the fork of old: a terminating one ends the child.
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        if libc::sigpending(&mut pending) == 0 {
-            for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
-                if libc::sigismember(&pending, sig) == 1 {
-                    let mut now: libc::sigaction = std::mem::zeroed();
-                    libc::sigaction(sig, ptr::null(), &mut now);
-                    set_disposition(sig, libc::SIG_IGN);
-                    libc::sigaction(sig, &now, ptr::null_mut());
-                }
-            }
+            // From now on the terminal's stop signals (Ctrl-Z) come to this group alone:
+            // held back until after the exec, when conlock sends it to the group.
+            a.held_stop = drop_pending_stop();
         }
         // std's spawn starts the command with an empty signal mask too.
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -213,6 +239,57 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         fail(a)
     }
+}
+
+/// Drops a pending SIGTSTP, SIGTTIN or SIGTTOU (setting SIG_IGN discards a pending
+/// signal; the disposition is then put back). Returns one that was pending, or 0.
+unsafe fn drop_pending_stop() -> libc::c_int {
+    let mut pending: libc::sigset_t = std::mem::zeroed();
+    let mut dropped = 0;
+    if libc::sigpending(&mut pending) == 0 {
+        for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            if libc::sigismember(&pending, sig) == 1 {
+                let mut now: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, ptr::null(), &mut now);
+                set_disposition(sig, libc::SIG_IGN);
+                libc::sigaction(sig, &now, ptr::null_mut());
+                if dropped == 0 {
+                    dropped = sig;
+                }
+            }
+        }
+    }
+    dropped
+}
+
+/// The guardian's `{"ProcessGroup":PID}` line, written into `buf` without allocating.
+fn process_group_line(pid: libc::pid_t, buf: &mut [u8; 48]) -> &[u8] {
+    const HEAD: &[u8] = b"{\"ProcessGroup\":";
+    buf[..HEAD.len()].copy_from_slice(HEAD);
+    let mut n = HEAD.len();
+    let mut digits = [0u8; 12];
+    let mut d = 0;
+    let mut v = pid.unsigned_abs();
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if pid < 0 {
+        buf[n] = b'-';
+        n += 1;
+    }
+    while d > 0 {
+        d -= 1;
+        buf[n] = digits[d];
+        n += 1;
+    }
+    buf[n] = b'}';
+    buf[n + 1] = b'\n';
+    &buf[..n + 2]
 }
 
 /// The highest signal number on Linux (_NSIG - 1).
@@ -328,7 +405,8 @@ mod tests {
             act.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
             libc::sigaction(libc::SIGTSTP, &act, ptr::null_mut());
             BEFORE_SETPGID.store(stop_own_group as extern "C" fn() as usize, Ordering::SeqCst);
-            let Ok(pid) = spawn(Path::new("/bin/true"), &["true"], &[], &setup()) else {
+            let Ok(Spawned { pid, .. }) = spawn(Path::new("/bin/true"), &["true"], &[], &setup())
+            else {
                 return 2;
             };
             let mut status = 0;
@@ -372,11 +450,70 @@ mod tests {
         std::fs::write(&script, format!("echo \"$0 $1\" > {}\n", out.display())).unwrap();
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let pid = spawn(&script, &["noshebang", "arg1"], &[], &setup()).unwrap();
+        let pid = spawn(&script, &["noshebang", "arg1"], &[], &setup())
+            .unwrap()
+            .pid;
         assert_eq!(wait(pid), 0);
         let text = std::fs::read_to_string(&out).unwrap();
         assert_eq!(text.trim(), format!("{} arg1", script.display()));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_process_group_line_is_the_guardians_format() {
+        for pid in [1, 9, 10, 1234, 4_194_304, i32::MAX] {
+            let mut buf = [0u8; 48];
+            assert_eq!(
+                process_group_line(pid, &mut buf),
+                format!("{{\"ProcessGroup\":{pid}}}\n").as_bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn the_child_tells_the_guardian_its_group_before_the_exec() {
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let with_pipe = Setup {
+            guardian_fd: fds[1],
+            ..setup()
+        };
+        let pid = spawn(Path::new("/bin/true"), &["true"], &[], &with_pipe)
+            .unwrap()
+            .pid;
+        wait(pid);
+        unsafe { libc::close(fds[1]) };
+        let mut got = String::new();
+        std::io::Read::read_to_string(
+            &mut unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) },
+            &mut got,
+        )
+        .unwrap();
+        assert_eq!(got, format!("{{\"ProcessGroup\":{pid}}}\n"));
+    }
+
+    #[test]
+    fn a_pending_stop_signal_is_dropped_and_reported() {
+        let code = in_helper(|| unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTSTP);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
+            libc::raise(libc::SIGTSTP);
+            if drop_pending_stop() != libc::SIGTSTP {
+                return 2;
+            }
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            if libc::sigismember(&pending, libc::SIGTSTP) == 1 {
+                return 3;
+            }
+            if drop_pending_stop() != 0 {
+                return 4;
+            }
+            0
+        });
+        assert_eq!(code, Some(0));
     }
 
     #[test]
@@ -401,6 +538,7 @@ mod tests {
             terminal: false,
             parent: std::process::id() as libc::pid_t,
             deadline_ns: u64::MAX,
+            guardian_fd: -1,
         }
     }
 
@@ -425,7 +563,8 @@ mod tests {
             &[("CONLOCK_X".into(), "given".into())],
             &setup(),
         )
-        .unwrap();
+        .unwrap()
+        .pid;
         assert_eq!(wait(pid), 0);
         let text = std::fs::read_to_string(&out).unwrap();
         let parts: Vec<&str> = text.split_whitespace().collect();
@@ -473,7 +612,8 @@ mod tests {
             &[],
             &setup(),
         )
-        .unwrap();
+        .unwrap()
+        .pid;
         assert_eq!(wait(pid), 0);
         let status = std::fs::read_to_string(&out).unwrap();
         let field = |name: &str| {

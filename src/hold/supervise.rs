@@ -213,7 +213,7 @@ impl Child {
         env: &[(String, String)],
         events: Sender<Event>,
         guardian: Option<&Guardian>,
-        deadline: Instant,
+        deadline: BootInstant,
         prior: Prior,
     ) -> Result<Option<Child>> {
         // Orphaned grandchildren are re-parented to us, so zombies never keep the group "alive".
@@ -236,43 +236,64 @@ impl Child {
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::signal(libc::SIGTTIN, libc::SIG_IGN);
         }
-        let setup = super::spawn::Setup {
+        let setup = |guardian_fd| super::spawn::Setup {
             sigchld_ignored,
             tty_defaults,
             terminal,
             parent,
-            deadline_ns: BootInstant::from_instant(deadline).as_nanos(),
+            deadline_ns: deadline.as_nanos(),
+            guardian_fd,
         };
-        let spawned = super::spawn::spawn(&program.path, &program.argv, env, &setup);
-        if spawned
-            .as_ref()
-            .is_err_and(|e| e.raw_os_error() == Some(super::spawn::DEADLINE_PASSED))
-        {
-            return Ok(None);
-        }
-        let pid = spawned.map_err(|e| {
-            let shown = &program.display;
-            match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    Error::NotFound(format!("command not found: {shown}"))
+        let run = |fd| super::spawn::spawn(&program.path, &program.argv, env, &setup(fd));
+        let spawned = match guardian {
+            Some(g) => g.with_pipe_fd(run),
+            None => run(-1),
+        };
+        let spawned = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                // The child may have taken the terminal before it failed.
+                if terminal {
+                    unsafe { give_terminal(libc::getpgrp()) };
                 }
-                std::io::ErrorKind::PermissionDenied => {
-                    Error::NotExecutable(format!("{shown} is not executable: {e}"))
+                if e.raw_os_error() == Some(super::spawn::DEADLINE_PASSED) {
+                    return Ok(None);
                 }
-                _ => Error::NotExecutable(format!("cannot run {shown}: {e}")),
+                let shown = &program.display;
+                return Err(match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        Error::NotFound(format!("command not found: {shown}"))
+                    }
+                    std::io::ErrorKind::PermissionDenied => {
+                        Error::NotExecutable(format!("{shown} is not executable: {e}"))
+                    }
+                    _ => Error::NotExecutable(format!("cannot run {shown}: {e}")),
+                });
             }
-        })?;
-        let pid = Pid::from_raw(pid);
+        };
+        let pid = Pid::from_raw(spawned.pid);
         if terminal {
             unsafe { give_terminal(pid.as_raw()) };
         }
         if let Some(g) = guardian {
             g.process_group(pid.as_raw());
         }
-        std::thread::Builder::new()
+        if let Some(sig) = spawned.held_stop {
+            // A Ctrl-Z that reached the child before its exec: the command gets it now.
+            unsafe { libc::kill(-pid.as_raw(), sig) };
+        }
+        let reaper = std::thread::Builder::new()
             .name("reaper".into())
-            .spawn(move || reap(pid, events))
-            .expect("spawn reaper thread");
+            .spawn(move || reap(pid, events));
+        if let Err(e) = reaper {
+            // Without a reaper the command's end is never seen: it must not run on.
+            unsafe { libc::kill(-pid.as_raw(), libc::SIGKILL) };
+            let mut status = 0;
+            unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) };
+            return Err(Error::Other(anyhow::anyhow!(
+                "cannot start the thread that waits for the command ({e}); killed it"
+            )));
+        }
         ui::verbose(format_args!(
             "started {} as pid {pid} (own process group)",
             program.display
