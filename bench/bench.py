@@ -281,7 +281,13 @@ def bench_uncontended(tools, runs, proxy):
     shows ~14 MiB); requests per run through the counting proxy; threads and processes
     created per run with strace, if it is installed."""
     walls = {t.name: [] for t in tools}
+    # The harness's own floor, measured the same way and interleaved: spawning `true`.
+    floor = []
     for i in range(runs + 3):
+        t0 = time.perf_counter()
+        subprocess.Popen(["true"], env=tools[0].env(), stdin=subprocess.DEVNULL).wait()
+        if i >= 3:
+            floor.append((time.perf_counter() - t0) * 1000)
         for tool in tools:
             prefix = f"bench/uncontended/{tool.name}"
             t0 = time.perf_counter()
@@ -313,6 +319,7 @@ def bench_uncontended(tools, runs, proxy):
         out[tool.name] = {
             "runs": runs,
             "wall_ms_p50": statistics.median(walls[tool.name]),
+            "true_wall_ms_p50": statistics.median(floor),
             "wall_ms_p99": pct(walls[tool.name], 99),
             "rss_mib_p50": statistics.median(rss) if rss else None,
             "rss_mib_max": max(rss) if rss else None,
@@ -1018,6 +1025,7 @@ def report(r, out):
 
     spec = [
         ("1 uncontended wall p50", ("1_uncontended", "wall_ms_p50"), "ms", "<= 4 ms"),
+        ("1 spawning `true` alone, p50", ("1_uncontended", "true_wall_ms_p50"), "ms", "(the harness floor)"),
         ("1 uncontended peak RSS p50", ("1_uncontended", "rss_mib_p50"), "MiB", "<= 5 MiB"),
         ("1 requests per uncontended run", ("1_uncontended", "requests_per_run"), "", "<= 6"),
         ("1 threads created per run", ("1_uncontended", "threads_per_run"), "", "<= 5"),

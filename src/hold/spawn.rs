@@ -607,7 +607,9 @@ mod tests {
             &[
                 "sh",
                 "-c",
-                &format!("cat /proc/$$/status > {}", out.display()),
+                // `exec`: sh blocks signals around its own forks, so a child of sh
+                // reading sh's status could see sh's mask of the moment.
+                &format!("exec cat /proc/self/status > {}", out.display()),
             ],
             &[],
             &setup(),

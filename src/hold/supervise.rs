@@ -252,6 +252,11 @@ impl Child {
         let spawned = match spawned {
             Ok(s) => s,
             Err(e) => {
+                // The child may have told the guardian its group, and is reaped: that
+                // group ID may be reused, so the guardian must never signal it.
+                if let Some(g) = guardian {
+                    g.group_gone();
+                }
                 // The child may have taken the terminal before it failed.
                 if terminal {
                     unsafe { give_terminal(libc::getpgrp()) };
