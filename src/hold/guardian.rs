@@ -18,7 +18,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,11 +105,12 @@ impl Guardian {
         }
     }
 
-    /// Runs `f` with the pipe's descriptor (-1 if the guardian is gone), holding the pipe:
-    /// the descriptor stays open meanwhile, and `f` may write one whole line to it.
-    pub fn with_pipe_fd<R>(&self, f: impl FnOnce(RawFd) -> R) -> R {
+    /// A copy of the pipe's write end (close-on-exec), for a writer of whole lines under
+    /// PIPE_BUF that must not hold the pipe's lock (which would hold up the deadlines
+    /// the renew thread sends). `None` if the guardian is gone.
+    pub fn pipe_copy(&self) -> Option<std::os::fd::OwnedFd> {
         let pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
-        f(pipe.as_ref().map_or(-1, |p| p.as_raw_fd()))
+        pipe.as_ref()?.as_fd().try_clone_to_owned().ok()
     }
 
     /// The command's whole group is gone; from now on the guardian signals nothing.

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::ptr;
 
 /// What the child sets up before it execs.
-pub struct Setup {
+pub struct Setup<'a> {
     /// SIGCHLD was ignored when conlock started: the command inherits that.
     pub sigchld_ignored: bool,
     /// SIGTTOU, SIGTTIN were at their default when conlock started (conlock ignores them
@@ -35,6 +35,8 @@ pub struct Setup {
     /// The guardian's pipe (-1: none): the child tells it its process group itself, so
     /// that a conlock stopped right after the exec still has a guardian that knows it.
     pub guardian_fd: libc::c_int,
+    /// Called when the child failed, before it is reaped.
+    pub before_reap: &'a dyn Fn(),
 }
 
 /// The pid of a child between clone and exec (0: none), for the signal thread: a child
@@ -88,7 +90,6 @@ pub fn spawn(
         parent: setup.parent,
         deadline_ns: setup.deadline_ns,
         guardian_fd: setup.guardian_fd,
-        held_stop: 0,
         error: 0,
     };
     let mut stack = Stack(MaybeUninit::uninit());
@@ -99,6 +100,7 @@ pub fn spawn(
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        HELD_STOP.store(0, std::sync::atomic::Ordering::SeqCst);
         let top = stack.0.as_mut_ptr().cast::<u8>().add(STACK_SIZE);
         // CLONE_PARENT_SETTID: the kernel writes the child's pid to SPAWNING before the
         // child runs.
@@ -118,13 +120,15 @@ pub fn spawn(
         // Written by the child, in our memory, before it exited.
         let error = ptr::read_volatile(ptr::addr_of!(child.error));
         if error != 0 {
+            // Before the reap, while the zombie keeps its pid (and group ID) reserved.
+            (setup.before_reap)();
             let mut status = 0;
             while libc::waitpid(pid, &mut status, 0) < 0
                 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
             {}
             return Err(io::Error::from_raw_os_error(error));
         }
-        let held = ptr::read_volatile(ptr::addr_of!(child.held_stop));
+        let held = HELD_STOP.swap(0, std::sync::atomic::Ordering::SeqCst);
         Ok(Spawned {
             pid,
             held_stop: (held != 0).then_some(held),
@@ -153,8 +157,6 @@ struct ChildArgs {
     parent: libc::pid_t,
     deadline_ns: u64,
     guardian_fd: libc::c_int,
-    /// Set by the child: see `Spawned::held_stop`.
-    held_stop: libc::c_int,
     /// Set by the child to the errno of the exec that failed.
     error: libc::c_int,
 }
@@ -197,11 +199,32 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         // (waiting in clone) cannot see it and a SIGCONT to conlock's group cannot reach
         // it. conlock got it too and forwards it after the exec, so it is dropped here.
         drop_pending_stop();
+        // From now on a stop signal can only be meant for this group (the terminal's
+        // Ctrl-Z once it is ours, or someone who knows the new group): it is recorded
+        // by a handler instead of stopping the child before its exec, and conlock sends it
+        // to the group after the exec (which resets the handler to the default).
+        for (sig, keep) in [
+            (libc::SIGTSTP, true),
+            (libc::SIGTTOU, a.tty_defaults[0]),
+            (libc::SIGTTIN, a.tty_defaults[1]),
+        ] {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, ptr::null(), &mut now);
+            if keep && now.sa_sigaction == libc::SIG_DFL {
+                let record: extern "C" fn(libc::c_int) = record_stop;
+                set_disposition(sig, record as libc::sighandler_t);
+            }
+        }
         if a.guardian_fd >= 0 {
             let mut buf = [0u8; 48];
             let line = process_group_line(libc::getpid(), &mut buf);
-            // One line below PIPE_BUF: written whole or not at all.
-            libc::write(a.guardian_fd, line.as_ptr().cast(), line.len());
+            // One line below PIPE_BUF: written whole or not at all. A guardian that is
+            // gone leaves a SIGPIPE pending, which would kill the child: dropped.
+            let written = libc::syscall(libc::SYS_write, a.guardian_fd, line.as_ptr(), line.len());
+            if written < 0 {
+                set_disposition(libc::SIGPIPE, libc::SIG_IGN);
+                set_disposition(libc::SIGPIPE, libc::SIG_DFL);
+            }
         }
         // The guardian kills the group if conlock dies; this covers the moment before it
         // learns the group's ID.
@@ -212,10 +235,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         if a.terminal {
             super::supervise::give_terminal(libc::getpid());
-            // From now on the terminal's stop signals (Ctrl-Z) come to this group alone:
-            // held back until after the exec, when conlock sends it to the group.
-            a.held_stop = drop_pending_stop();
         }
+        #[cfg(test)]
+        tests::before_unmask();
         // std's spawn starts the command with an empty signal mask too.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
@@ -239,6 +261,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         fail(a)
     }
+}
+
+/// A stop signal that reached the child between its setpgid and its exec (0: none).
+/// Written by the child's handler, in conlock's memory; one spawn at a time.
+static HELD_STOP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn record_stop(sig: libc::c_int) {
+    HELD_STOP.store(sig, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Drops a pending SIGTSTP, SIGTTIN or SIGTTOU (setting SIG_IGN discards a pending
@@ -353,12 +383,46 @@ mod tests {
     /// in forked helper processes, never in the test process itself.
     static BEFORE_SETPGID: AtomicUsize = AtomicUsize::new(0);
 
-    pub(super) fn before_setpgid() {
-        let hook = BEFORE_SETPGID.load(Ordering::SeqCst);
+    /// Called by the child right before it empties its signal mask.
+    static BEFORE_UNMASK: AtomicUsize = AtomicUsize::new(0);
+
+    fn run_hook(hook: &AtomicUsize) {
+        let hook = hook.load(Ordering::SeqCst);
         if hook != 0 {
             let hook: extern "C" fn() = unsafe { std::mem::transmute(hook) };
             hook();
         }
+    }
+
+    pub(super) fn before_setpgid() {
+        run_hook(&BEFORE_SETPGID);
+    }
+
+    pub(super) fn before_unmask() {
+        run_hook(&BEFORE_UNMASK);
+    }
+
+    #[test]
+    fn a_stop_signal_to_the_new_group_before_the_exec_is_held_for_after_it() {
+        // A Ctrl-Z that reaches the child in its own group before its exec: before the
+        // fix the child stopped there and the helper waited in clone for good.
+        let code = in_helper(|| unsafe {
+            BEFORE_UNMASK.store(stop_own_group as extern "C" fn() as usize, Ordering::SeqCst);
+            let Ok(s) = spawn(Path::new("/bin/true"), &["true"], &[], &setup()) else {
+                return 2;
+            };
+            if s.held_stop != Some(libc::SIGTSTP) {
+                return 3;
+            }
+            let mut status = 0;
+            libc::waitpid(s.pid, &mut status, 0);
+            if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                4
+            }
+        });
+        assert_eq!(code, Some(0), "the spawn hung, or the stop was not held");
     }
 
     extern "C" fn stop_own_group() {
@@ -493,6 +557,28 @@ mod tests {
     }
 
     #[test]
+    fn a_guardian_gone_during_the_spawn_does_not_kill_the_child() {
+        // The write to a pipe nobody reads raises SIGPIPE, pending while blocked: before
+        // the fix it killed the child when it emptied its mask, before the exec.
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        unsafe { libc::close(fds[0]) };
+        let broken = Setup {
+            guardian_fd: fds[1],
+            ..setup()
+        };
+        let pid = spawn(Path::new("/bin/true"), &["true"], &[], &broken)
+            .unwrap()
+            .pid;
+        let status = wait(pid);
+        unsafe { libc::close(fds[1]) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status:#x}"
+        );
+    }
+
+    #[test]
     fn a_pending_stop_signal_is_dropped_and_reported() {
         let code = in_helper(|| unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
@@ -531,7 +617,7 @@ mod tests {
         assert_eq!(hits[0].as_bytes(), b"CONLOCK_T=b");
     }
 
-    fn setup() -> Setup {
+    fn setup() -> Setup<'static> {
         Setup {
             sigchld_ignored: false,
             tty_defaults: [true, true],
@@ -539,6 +625,7 @@ mod tests {
             parent: std::process::id() as libc::pid_t,
             deadline_ns: u64::MAX,
             guardian_fd: -1,
+            before_reap: &|| {},
         }
     }
 

@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -236,27 +237,30 @@ impl Child {
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::signal(libc::SIGTTIN, libc::SIG_IGN);
         }
-        let setup = |guardian_fd| super::spawn::Setup {
+        // The child tells the guardian its group through a copy of the pipe, so that the
+        // pipe's lock is free for the deadlines the renew thread sends meanwhile.
+        let pipe = guardian.and_then(Guardian::pipe_copy);
+        let announce_gone = || {
+            if let Some(g) = guardian {
+                g.group_gone();
+            }
+        };
+        let setup = super::spawn::Setup {
             sigchld_ignored,
             tty_defaults,
             terminal,
             parent,
             deadline_ns: deadline.as_nanos(),
-            guardian_fd,
+            guardian_fd: pipe.as_ref().map_or(-1, |p| p.as_raw_fd()),
+            // The child may have told the guardian its group: once reaped, that ID may be
+            // reused, so the guardian must never signal it.
+            before_reap: &announce_gone,
         };
-        let run = |fd| super::spawn::spawn(&program.path, &program.argv, env, &setup(fd));
-        let spawned = match guardian {
-            Some(g) => g.with_pipe_fd(run),
-            None => run(-1),
-        };
+        let spawned = super::spawn::spawn(&program.path, &program.argv, env, &setup);
+        drop(pipe);
         let spawned = match spawned {
             Ok(s) => s,
             Err(e) => {
-                // The child may have told the guardian its group, and is reaped: that
-                // group ID may be reused, so the guardian must never signal it.
-                if let Some(g) = guardian {
-                    g.group_gone();
-                }
                 // The child may have taken the terminal before it failed.
                 if terminal {
                     unsafe { give_terminal(libc::getpgrp()) };
@@ -277,7 +281,10 @@ impl Child {
             }
         };
         let pid = Pid::from_raw(spawned.pid);
-        if terminal {
+        // The child took the terminal before its exec; only if it is still conlock's (the
+        // child failed to) is it handed over here: once the command runs, it may have
+        // given the terminal to a job of its own.
+        if terminal && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() } {
             unsafe { give_terminal(pid.as_raw()) };
         }
         if let Some(g) = guardian {
@@ -293,6 +300,7 @@ impl Child {
         if let Err(e) = reaper {
             // Without a reaper the command's end is never seen: it must not run on.
             unsafe { libc::kill(-pid.as_raw(), libc::SIGKILL) };
+            announce_gone();
             let mut status = 0;
             unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) };
             return Err(Error::Other(anyhow::anyhow!(
