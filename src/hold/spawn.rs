@@ -212,7 +212,12 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::sigaction(sig, ptr::null(), &mut now);
             if keep && now.sa_sigaction == libc::SIG_DFL {
                 let record: extern "C" fn(libc::c_int) = record_stop;
-                set_disposition(sig, record as libc::sighandler_t);
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = record as libc::sighandler_t;
+                // A Ctrl-Z must not make a slow exec (FUSE, CIFS) fail with EINTR.
+                act.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut act.sa_mask);
+                libc::sigaction(sig, &act, ptr::null_mut());
             }
         }
         if a.guardian_fd >= 0 {
@@ -254,9 +259,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             *libc::__errno_location() = DEADLINE_PASSED;
             fail(a);
         }
-        libc::execve(a.path, a.argv, a.envp);
+        // Retried after EINTR: the handler above may run during a slow exec.
+        while libc::execve(a.path, a.argv, a.envp) < 0 && *libc::__errno_location() == libc::EINTR {
+        }
         if *libc::__errno_location() == libc::ENOEXEC {
-            libc::execve(a.sh, a.script_argv, a.envp);
+            while libc::execve(a.sh, a.script_argv, a.envp) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
             *libc::__errno_location() = libc::ENOEXEC;
         }
         fail(a)
