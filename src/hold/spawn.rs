@@ -543,17 +543,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_child_tells_the_guardian_its_group_before_the_exec() {
+    fn pipe() -> [libc::c_int; 2] {
         let mut fds = [0; 2];
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        fds
+    }
+
+    /// Spawns /bin/true with `fd` as the guardian's pipe; its pid.
+    fn spawn_true_announcing_to(fd: libc::c_int) -> libc::pid_t {
         let with_pipe = Setup {
-            guardian_fd: fds[1],
+            guardian_fd: fd,
             ..setup()
         };
-        let pid = spawn(Path::new("/bin/true"), &["true"], &[], &with_pipe)
+        spawn(Path::new("/bin/true"), &["true"], &[], &with_pipe)
             .unwrap()
-            .pid;
+            .pid
+    }
+
+    #[test]
+    fn the_child_tells_the_guardian_its_group_before_the_exec() {
+        let fds = pipe();
+        let pid = spawn_true_announcing_to(fds[1]);
         wait(pid);
         unsafe { libc::close(fds[1]) };
         let mut got = String::new();
@@ -569,17 +579,9 @@ mod tests {
     fn a_guardian_gone_during_the_spawn_does_not_kill_the_child() {
         // The write to a pipe nobody reads raises SIGPIPE, pending while blocked: before
         // the fix it killed the child when it emptied its mask, before the exec.
-        let mut fds = [0; 2];
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let fds = pipe();
         unsafe { libc::close(fds[0]) };
-        let broken = Setup {
-            guardian_fd: fds[1],
-            ..setup()
-        };
-        let pid = spawn(Path::new("/bin/true"), &["true"], &[], &broken)
-            .unwrap()
-            .pid;
-        let status = wait(pid);
+        let status = wait(spawn_true_announcing_to(fds[1]));
         unsafe { libc::close(fds[1]) };
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
