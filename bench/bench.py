@@ -501,7 +501,7 @@ def bench_semaphore(tools, server, proxy, jobs, job_s, limit, rounds):
             "max_concurrent": max(r["max_concurrent"] for r in rs),
             "requests_per_job": statistics.median(r["requests_per_job"] for r in rs),
             "job": rs[0]["job"],
-            "job_ms_mean": statistics.mean(r["job_ms_mean"] for r in rs if r["job_ms_mean"] is not None),
+            "job_ms_mean": statistics.mean(m) if (m := [r["job_ms_mean"] for r in rs if r["job_ms_mean"] is not None]) else None,
             "note": "through the counting proxy",
         }
     return out

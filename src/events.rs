@@ -58,8 +58,8 @@ fn dup_fd(fd: i32) -> Result<File, String> {
 
 struct State {
     /// Lines go through a thread of their own, so a reader that stops reading never
-    /// blocks the stop of the command (`None`: the thread could not start).
-    queue: Option<ui::Queue>,
+    /// blocks the stop of the command.
+    queue: ui::Queue,
     kind: &'static str,
     target: String,
 }
@@ -80,7 +80,7 @@ pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
             }
         });
         let _ = STATE.set(Mutex::new(State {
-            queue: Some(queue),
+            queue,
             kind,
             target: target.to_string(),
         }));
@@ -94,9 +94,11 @@ pub fn enabled() -> bool {
 /// Waits until the events sent are written (at most 2 s without progress).
 pub fn flush() {
     if let Some(state) = STATE.get() {
-        if let Some(q) = &state.lock().unwrap_or_else(|p| p.into_inner()).queue {
-            q.flush();
-        }
+        state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .queue
+            .flush();
     }
 }
 
@@ -104,9 +106,6 @@ pub fn flush() {
 pub fn emit(event: &str, fields: Value) {
     let Some(state) = STATE.get() else { return };
     let s = state.lock().unwrap_or_else(|p| p.into_inner());
-    if s.queue.is_none() {
-        return;
-    }
     // Common fields first, in a fixed order, for people reading the file; then the
     // event's own fields (in name order).
     let common = [
@@ -138,9 +137,7 @@ pub fn emit(event: &str, fields: Value) {
     line.extend_from_slice(b"}\n");
     // With `-` the line shares the terminal with the waiting status line.
     ui::clear_status();
-    if let Some(q) = &s.queue {
-        q.send(line);
-    }
+    s.queue.send(line);
 }
 
 /// How a run ended, for the `exit` event.

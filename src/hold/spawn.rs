@@ -8,8 +8,8 @@
 //! conlock's spawning thread sleeps until then.
 //!
 //! The child runs in conlock's memory, so between clone and exec it only makes system
-//! calls: no allocation, no lock, no Rust code that could unwind. Everything it needs is
-//! prepared here first.
+//! calls (and may run one handler that stores a number): no allocation, no lock, no Rust
+//! code that could unwind. Everything it needs is prepared here first.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -40,15 +40,15 @@ pub struct Setup<'a> {
 }
 
 /// The pid of a child between clone and exec (0: none), for the signal thread: a child
-/// stopped there (Ctrl-Z) keeps conlock waiting in clone until it is continued.
+/// stopped there (SIGSTOP) keeps conlock waiting in clone until it is continued.
 pub static SPAWNING: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// What `spawn` started.
 #[derive(Debug)]
 pub struct Spawned {
     pub pid: libc::pid_t,
-    /// A stop signal from the terminal that reached the child between taking the
-    /// terminal and its exec: it was held back there, to be sent to the group now.
+    /// A stop signal (a Ctrl-Z) that reached the child between its setpgid and its exec:
+    /// it was held back there, to be sent to the group now.
     pub held_stop: Option<libc::c_int>,
 }
 

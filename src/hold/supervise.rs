@@ -481,13 +481,13 @@ pub enum Outcome {
     MaxTime,
 }
 
-/// Waits for the child while watching `events` and the session deadline; returns once the
-/// command (its process group and every escaped descendant) is gone, or with `false` if
-/// part of it survives even SIGKILL (the lock must then not be released).
 /// Work the supervising loop does once its time comes (starting the monitor), unless the
 /// command ended first. It returns false to be tried again a second later.
 pub type Later = Option<(Instant, Box<dyn FnMut() -> bool>)>;
 
+/// Waits for the child while watching `events` and the session deadline; returns once the
+/// command (its process group and every escaped descendant) is gone, or with `false` if
+/// part of it survives even SIGKILL (the lock must then not be released).
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
@@ -880,9 +880,6 @@ fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
         .collect()
 }
 
-/// conlock's children from /proc/self/task/*/children: one read per thread instead of
-/// one per process on the machine. None where the kernel lacks the file
-/// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
 /// conlock's children from before the command (the guardian, children inherited across
 /// the exec that started conlock): never the command's. Taken before the wait, so that a
 /// waiter that acquires spawns sooner; no child of conlock's appears in between.
@@ -911,6 +908,9 @@ fn prior_children() -> Vec<(i32, u64)> {
     }
 }
 
+/// conlock's children from /proc/self/task/*/children: one read per thread instead of
+/// one per process on the machine. None where the kernel lacks the file
+/// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
 fn own_children() -> Option<Vec<i32>> {
     let leader = std::process::id().to_string();
     let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
