@@ -247,18 +247,23 @@ def bash_job(log, body):
     return ["bash", "-c", f'echo "S $$ $EPOCHREALTIME" >> {log}; {body}; echo "E $$ $EPOCHREALTIME" >> {log}']
 
 
-STAMP = None
+COMPILED = {}
+
+
+def c_program(name):
+    """bench/NAME.c compiled once per run; "" without a C compiler."""
+    if name not in COMPILED:
+        out = os.path.join(tempfile.mkdtemp(), name)
+        ok = subprocess.run(["cc", "-O2", "-o", out, os.path.join(HERE, name + ".c")], stderr=subprocess.DEVNULL).returncode == 0
+        COMPILED[name] = out if ok else ""
+    return COMPILED[name]
 
 
 def stamp_job(log, ms):
     """The job used for handoffs: a tiny C program if a C compiler is here, else bash."""
-    global STAMP
-    if STAMP is None:
-        out = os.path.join(tempfile.mkdtemp(), "stamp")
-        ok = subprocess.run(["cc", "-O2", "-o", out, os.path.join(HERE, "stamp.c")], stderr=subprocess.DEVNULL).returncode == 0
-        STAMP = out if ok else ""
-    if STAMP:
-        return [STAMP, log, str(ms)], "C stamp program"
+    stamp = c_program("stamp")
+    if stamp:
+        return [stamp, log, str(ms)], "C stamp program"
     return bash_job(log, f"sleep {ms / 1000}"), "bash with $EPOCHREALTIME (no C compiler)"
 
 
@@ -283,11 +288,25 @@ def bench_uncontended(tools, runs, proxy):
     walls = {t.name: [] for t in tools}
     # The harness's own floor, measured the same way and interleaved: spawning `true`.
     floor = []
+    # The protocol's floor: the same four requests around a spawn of `true`, from a C
+    # program with no safety machinery (bench/floor.c). It needs an IPv4 literal.
+    # Plain HTTP to an IPv4 literal, no ACL token: skipped (None) where that cannot work.
+    plain = tools[0].server.addr.startswith("http://") and not os.environ.get("CONSUL_HTTP_TOKEN")
+    proto = c_program("floor") if plain and re.match(r"^\d+\.\d+\.\d+\.\d+:\d+$", tools[0].server.hostport) else ""
+    proto_walls = []
     for i in range(runs + 3):
         t0 = time.perf_counter()
         subprocess.Popen(["true"], env=tools[0].env(), stdin=subprocess.DEVNULL).wait()
         if i >= 3:
             floor.append((time.perf_counter() - t0) * 1000)
+        if proto:
+            t0 = time.perf_counter()
+            code = subprocess.Popen([proto, f"bench/uncontended/floor/{i}", "true"], env=tools[0].env(), stdin=subprocess.DEVNULL).wait()
+            if code != 0:
+                print(f"bench: the protocol floor program failed with {code}; not measured", file=sys.stderr)
+                proto, proto_walls = "", []
+            elif i >= 3:
+                proto_walls.append((time.perf_counter() - t0) * 1000)
         for tool in tools:
             prefix = f"bench/uncontended/{tool.name}"
             t0 = time.perf_counter()
@@ -320,6 +339,7 @@ def bench_uncontended(tools, runs, proxy):
             "runs": runs,
             "wall_ms_p50": statistics.median(walls[tool.name]),
             "true_wall_ms_p50": statistics.median(floor),
+            "protocol_floor_ms_p50": statistics.median(proto_walls) if proto_walls else None,
             "wall_ms_p99": pct(walls[tool.name], 99),
             "rss_mib_p50": statistics.median(rss) if rss else None,
             "rss_mib_max": max(rss) if rss else None,
@@ -1026,6 +1046,7 @@ def report(r, out):
     spec = [
         ("1 uncontended wall p50", ("1_uncontended", "wall_ms_p50"), "ms", "<= 4 ms"),
         ("1 spawning `true` alone, p50", ("1_uncontended", "true_wall_ms_p50"), "ms", "(the harness floor)"),
+        ("1 same requests + spawn in C, p50", ("1_uncontended", "protocol_floor_ms_p50"), "ms", "(the protocol floor, bench/floor.c)"),
         ("1 uncontended peak RSS p50", ("1_uncontended", "rss_mib_p50"), "MiB", "<= 5 MiB"),
         ("1 requests per uncontended run", ("1_uncontended", "requests_per_run"), "", "<= 6"),
         ("1 threads created per run", ("1_uncontended", "threads_per_run"), "", "<= 5"),

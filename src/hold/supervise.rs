@@ -769,10 +769,24 @@ impl Stat {
     }
 }
 
-/// Fields of /proc/<pid>/stat; the command name may contain spaces and parentheses.
+/// The start time of a process whose stat cannot be read: matches no real one.
+const UNREADABLE: u64 = u64::MAX;
+
+/// True unless no process has this pid (a zombie exists; EPERM means it exists).
+fn exists(pid: i32) -> bool {
+    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
+}
+
+/// Fields of /proc/<pid>/stat; the command name may contain spaces, parentheses and
+/// bytes that are not UTF-8 (it comes from a file name).
 fn proc_stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
+    #[cfg(test)]
+    if tests::hidden(pid) {
+        return None;
+    }
+    let text = read_proc(&format!("/proc/{pid}/stat"))?;
+    let after_name = text.iter().rposition(|&b| b == b')')? + 1;
+    let rest = std::str::from_utf8(&text[after_name..]).ok()?;
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(3) ppid(4) pgrp(5) session(6) … starttime(22).
     Some(Stat {
@@ -782,6 +796,50 @@ fn proc_stat(pid: i32) -> Option<Stat> {
         session: f.get(3)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
     })
+}
+
+/// A small /proc file, read whole in 1 KiB reads: a stat for a size hint (procfs reports
+/// 0) and a buffer grown from 32 bytes, a read each, as `fs::read` does, cost more.
+fn read_proc(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let (mut buf, mut chunk) = (Vec::new(), [0u8; 1024]);
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Some(buf),
+            Ok(n) => {
+                #[cfg(test)]
+                tests::between_reads(path, buf.len());
+                buf.extend_from_slice(&chunk[..n])
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The pids in /proc/self/task/<tid>/children. The kernel resumes each step of a listing
+/// from a position (or from the child shown last, if that is still a child): a child
+/// reaped meanwhile shifts the rest, and the live child after it is never shown. So a
+/// listing counts once two in a row are the same: the reaped child, shown in the first,
+/// is missing from the second.
+fn children_of(tid: u32) -> Option<Vec<i32>> {
+    let path = format!("/proc/self/task/{tid}/children");
+    let mut last = read_proc(&path)?;
+    for _ in 0..64 {
+        let again = read_proc(&path)?;
+        if again == last {
+            return Some(
+                String::from_utf8_lossy(&again)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .collect(),
+            );
+        }
+        last = again;
+    }
+    // Children reaped faster than they can be listed: the caller scans /proc instead.
+    None
 }
 
 /// Every live (not zombie) descendant of `root`, leaving out the subtrees of `skip`.
@@ -842,6 +900,16 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
                         });
                     }
                 }
+                // Listed but unreadable: /proc hides it (mounted with hidepid, and it runs
+                // as another user, through sudo say), or the read failed. Alive, it counts:
+                // it cannot be signalled through the checks in `Proc::signal`, so conlock
+                // keeps the claim until it is gone.
+                None if exists(pid) => {
+                    found.extend((!prior.iter().any(|&(p, _)| p == pid)).then_some(Proc {
+                        pid,
+                        start: UNREADABLE,
+                    }))
+                }
                 _ if !dead.contains(&pid) => {
                     dead.push(pid);
                     newly_dead = true;
@@ -891,49 +959,36 @@ impl Prior {
     }
 }
 
-/// As (pid, start time). Only the main thread forks, and an exec hands the children of
-/// other threads to it, so its list is all.
+/// As (pid, start time), from the same lists as `own_children`.
 fn prior_children() -> Vec<(i32, u64)> {
-    let list = format!("/proc/self/task/{}/children", std::process::id());
-    match std::fs::read_to_string(list) {
-        Ok(text) => text
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-            .filter_map(|pid| Some((pid, proc_stat(pid)?.start)))
+    match own_children() {
+        // One that cannot be read is known by its pid alone (see `adopted_children`).
+        Some(pids) => pids
+            .into_iter()
+            .map(|pid| (pid, proc_stat(pid).map_or(UNREADABLE, |st| st.start)))
             .collect(),
-        Err(_) => adopted_children(&[], 0)
+        None => adopted_children(&[], 0)
             .into_iter()
             .map(|p| (p.pid, p.start))
             .collect(),
     }
 }
 
-/// conlock's children from /proc/self/task/*/children: one read per thread instead of
-/// one per process on the machine. None where the kernel lacks the file
+/// conlock's children that can matter here, from /proc/self/task/<tid>/children: those of
+/// the calling thread (the one that spawned the command) and those of the leader (the
+/// first live thread, which gets every orphan re-parented to conlock, and the children of
+/// an exiting thread). No other thread forks, so two reads at most (one in conlock, where
+/// the leader supervises) instead of one per thread. None where the kernel lacks the file
 /// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
 fn own_children() -> Option<Vec<i32>> {
-    let leader = std::process::id().to_string();
-    let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .ok()?
-        .filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_string()))
-        .filter(|t| *t != leader)
-        .collect();
-    // The leader last: an exiting thread hands its children to the first live thread
-    // (the leader, which outlives the scan), so a child moving during the scan is
-    // still read.
-    tids.push(leader);
+    let leader = std::process::id();
+    let me = unsafe { libc::gettid() } as u32;
     let mut pids = Vec::new();
-    for tid in &tids {
-        match std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
-            Ok(text) => pids.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
-            ),
-            // A thread that has just exited; its children moved to the leader.
-            Err(_) if tid != tids.last()? => {}
-            Err(_) => return None,
-        }
+    if me != leader {
+        pids.extend(children_of(me)?);
     }
+    // The leader last, so that a child handed to it by an exiting thread meanwhile is read.
+    pids.extend(children_of(leader)?);
     Some(pids)
 }
 
@@ -1045,6 +1100,106 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
+    type ReadHook = Box<dyn FnMut(&str, usize)>;
+
+    thread_local! {
+        /// Runs after each read of a /proc file (its path, the bytes read before it), on
+        /// the thread that set it.
+        static BETWEEN_READS: std::cell::RefCell<Option<ReadHook>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// A pid whose stat reads as hidden (as /proc mounted with hidepid shows another
+        /// user's process), on the thread that set it.
+        static HIDDEN: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+    }
+
+    pub(super) fn hidden(pid: i32) -> bool {
+        HIDDEN.with(|h| h.get() == pid)
+    }
+
+    /// A child conlock cannot read (hidepid, another user's) read as gone: released while
+    /// it ran. Found by review. It counts as alive now, and cannot be signalled.
+    #[test]
+    fn a_child_whose_stat_is_hidden_counts_as_alive() {
+        let mut c = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        HIDDEN.with(|h| h.set(pid));
+        let found: Vec<(i32, u64)> = adopted_children(&[], 0)
+            .iter()
+            .map(|p| (p.pid, p.start))
+            .collect();
+        // Known from before the command: not counted.
+        let prior = Prior::now();
+        let after_prior = adopted_children(&prior.0, 0).iter().any(|p| p.pid == pid);
+        let _ = c.kill();
+        let _ = c.wait();
+        let gone = adopted_children(&[], 0).iter().any(|p| p.pid == pid);
+        HIDDEN.with(|h| h.set(0));
+        assert!(found.contains(&(pid, UNREADABLE)), "{found:?}");
+        assert!(!after_prior);
+        assert!(!gone, "a reaped child still counted");
+    }
+
+    pub(super) fn between_reads(path: &str, before: usize) {
+        BETWEEN_READS.with(|hook| {
+            if let Some(run) = hook.borrow_mut().as_mut() {
+                run(path, before)
+            }
+        });
+    }
+
+    /// The kernel resumes a children list from a position: a child reaped between two
+    /// reads shifted the rest, and the live child after the gap was never shown. A zombie
+    /// already seen in an earlier pass and reaped in the middle of the next listing was
+    /// not a new death, so nothing read the list again. Found by review: conlock could
+    /// release while that child ran.
+    #[test]
+    fn a_child_reaped_during_a_listing_does_not_hide_another() {
+        let zombie = Command::new("true").spawn().unwrap().id() as i32;
+        // Enough children after it that a listing takes more than one read.
+        let mut live: Vec<_> = (0..250)
+            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
+            .collect();
+        let exited = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            proc_stat(zombie).is_some_and(|st| st.state == b'Z')
+        });
+        // The zombie is seen in the first listing; it is reaped after the first read of
+        // the second.
+        let (mut listings, mut reap) = (0, Some(zombie));
+        BETWEEN_READS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
+                if path.ends_with("/children") && before == 0 {
+                    listings += 1;
+                    if listings == 2 {
+                        if let Some(pid) = reap.take() {
+                            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                        }
+                    }
+                }
+            }))
+        });
+        let found: Vec<i32> = adopted_children(&[], -1).iter().map(|p| p.pid).collect();
+        BETWEEN_READS.with(|hook| *hook.borrow_mut() = None);
+        let missing: Vec<i32> = live
+            .iter()
+            .map(|c| c.id() as i32)
+            .filter(|pid| !found.contains(pid))
+            .collect();
+        for c in &mut live {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(exited, "true never exited");
+        assert_eq!(missing, Vec::<i32>::new(), "live children not listed");
+    }
+
     #[test]
     fn reads_own_stat_and_finds_spawned_children() {
         let me = proc_stat(std::process::id() as i32).expect("own stat");
@@ -1079,6 +1234,41 @@ mod tests {
         assert!(found, "child {pid} not listed");
         assert!(!in_group);
         assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
+    }
+
+    /// A command may be named by any bytes, and its escapees too: one whose name is not
+    /// UTF-8 read as "gone", so it was neither stopped nor waited for.
+    #[test]
+    fn a_child_named_with_bytes_that_are_not_utf8_is_listed() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(format!("conlock-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let odd = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffe) p"));
+        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
+        // argv[0] "sleep", for a multi-call sleep (busybox); the name comes from the file.
+        let mut c = Command::new(&odd)
+            .arg0("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        // Listed once its exec has set the name.
+        let name_set = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|t| t.contains(&0xff))
+        });
+        let st = proc_stat(pid);
+        let adopted = adopted_children(&[], 0).iter().any(|p| p.pid == pid);
+        let _ = c.kill();
+        let _ = c.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(name_set, "the exec never set the name");
+        assert_eq!(
+            st.map(|s| (s.ppid, s.pgrp)),
+            Some((std::process::id() as i32, pid))
+        );
+        assert!(adopted, "child {pid} not listed");
     }
 
     /// A child that exits while we list our children hands its own child to us (we are a

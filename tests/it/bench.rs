@@ -46,6 +46,15 @@ fn bench_compares_with_a_consul_lock_stand_in() {
         let p50 = f["p50_ms"].as_f64().unwrap();
         assert!(p50 > 0.0 && p50 < 30_000.0, "{tool}: failover {p50} ms");
     }
+    // The protocol floor (bench/floor.c) is measured wherever a C compiler is.
+    let cc = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let floor = &r["tools"]["conlock"]["1_uncontended"]["protocol_floor_ms_p50"];
+    if cc {
+        assert!(floor.as_f64().is_some_and(|ms| ms > 0.0), "{floor}");
+    }
     // The table has a ratio column.
     assert!(stdout.contains("ratio"), "{stdout}");
 }
