@@ -50,6 +50,8 @@ pub struct Spawned {
     /// A stop signal (a Ctrl-Z) that reached the child between its setpgid and its exec:
     /// it was held back there, to be sent to the group now.
     pub held_stop: Option<libc::c_int>,
+    /// The child told the guardian its group itself (conlock need not tell it again).
+    pub announced: bool,
 }
 
 /// The errno a child reports when the deadline passed before its exec.
@@ -91,6 +93,7 @@ pub fn spawn(
         deadline_ns: setup.deadline_ns,
         guardian_fd: setup.guardian_fd,
         error: 0,
+        announced: false,
     };
     let mut stack = Stack(MaybeUninit::uninit());
     unsafe {
@@ -132,6 +135,7 @@ pub fn spawn(
         Ok(Spawned {
             pid,
             held_stop: (held != 0).then_some(held),
+            announced: ptr::read_volatile(ptr::addr_of!(child.announced)),
         })
     }
 }
@@ -159,6 +163,8 @@ struct ChildArgs {
     guardian_fd: libc::c_int,
     /// Set by the child to the errno of the exec that failed.
     error: libc::c_int,
+    /// Set by the child once its line reached the guardian's pipe whole.
+    announced: bool,
 }
 
 /// Runs in the child, on `Stack`, in conlock's memory: system calls only.
@@ -230,6 +236,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 set_disposition(libc::SIGPIPE, libc::SIG_IGN);
                 set_disposition(libc::SIGPIPE, libc::SIG_DFL);
             }
+            a.announced = written == line.len() as libc::c_long;
         }
         // The guardian kills the group if conlock dies; this covers the moment before it
         // learns the group's ID.
@@ -549,21 +556,21 @@ mod tests {
         fds
     }
 
-    /// Spawns /bin/true with `fd` as the guardian's pipe; its pid.
-    fn spawn_true_announcing_to(fd: libc::c_int) -> libc::pid_t {
+    /// Spawns /bin/true with `fd` as the guardian's pipe.
+    fn spawn_true_announcing_to(fd: libc::c_int) -> Spawned {
         let with_pipe = Setup {
             guardian_fd: fd,
             ..setup()
         };
-        spawn(Path::new("/bin/true"), &["true"], &[], &with_pipe)
-            .unwrap()
-            .pid
+        spawn(Path::new("/bin/true"), &["true"], &[], &with_pipe).unwrap()
     }
 
     #[test]
     fn the_child_tells_the_guardian_its_group_before_the_exec() {
         let fds = pipe();
-        let pid = spawn_true_announcing_to(fds[1]);
+        let spawned = spawn_true_announcing_to(fds[1]);
+        let pid = spawned.pid;
+        assert!(spawned.announced, "not reported as told");
         wait(pid);
         unsafe { libc::close(fds[1]) };
         let mut got = String::new();
@@ -581,7 +588,10 @@ mod tests {
         // the fix it killed the child when it emptied its mask, before the exec.
         let fds = pipe();
         unsafe { libc::close(fds[0]) };
-        let status = wait(spawn_true_announcing_to(fds[1]));
+        let spawned = spawn_true_announcing_to(fds[1]);
+        // conlock tells the guardian itself then (it fails the same way, harmlessly).
+        assert!(!spawned.announced);
+        let status = wait(spawned.pid);
         unsafe { libc::close(fds[1]) };
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

@@ -287,7 +287,8 @@ impl Child {
         if terminal && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() } {
             unsafe { give_terminal(pid.as_raw()) };
         }
-        if let Some(g) = guardian {
+        if let (Some(g), false) = (guardian, spawned.announced) {
+            // The child's own line did not get through (a full pipe, no descriptor left).
             g.process_group(pid.as_raw());
         }
         if let Some(sig) = spawned.held_stop {
@@ -373,11 +374,12 @@ impl Child {
     fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
         for p in procs {
             if sig == Signal::SIGKILL || done.insert((p.pid, p.start)) {
-                ui::verbose(format_args!(
-                    "sending {sig} to pid {} (left the command's process group)",
-                    p.pid
-                ));
-                p.signal(sig);
+                if p.signal(sig) {
+                    ui::verbose(format_args!(
+                        "sent {sig} to pid {} (left the command's process group)",
+                        p.pid
+                    ));
+                }
                 if sig != Signal::SIGKILL {
                     p.signal(Signal::SIGCONT);
                 }
@@ -724,33 +726,35 @@ struct Proc {
 
 impl Proc {
     /// Signals the process only if it is still this process and still ours: through a
-    /// pidfd, so that a pid reaped and reused in between is never hit.
-    fn signal(&self, sig: Signal) {
+    /// pidfd, so that a pid reaped and reused in between is never hit. One whose stat
+    /// cannot be read (hidepid) is checked through the pidfd alone: still conlock's child,
+    /// not exited. Returns whether the signal was sent.
+    fn signal(&self, sig: Signal) -> bool {
         let me = std::process::id() as i32;
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) } as i32;
         let still_ours = || {
+            if self.start == UNREADABLE {
+                return fd >= 0 && unexited_child(fd);
+            }
             proc_stat(self.pid)
                 .is_some_and(|st| st.ppid == me && st.start == self.start && st.state != b'Z')
         };
         if fd < 0 {
             // Kernels before 5.3: a narrow race with the reaper remains.
-            if still_ours() {
-                let _ = kill(Pid::from_raw(self.pid), sig);
-            }
-            return;
+            return still_ours() && kill(Pid::from_raw(self.pid), sig).is_ok();
         }
-        if still_ours() {
-            unsafe {
+        let sent = still_ours()
+            && unsafe {
                 libc::syscall(
                     libc::SYS_pidfd_send_signal,
                     fd,
                     sig as i32,
                     std::ptr::null::<libc::siginfo_t>(),
                     0,
-                );
-            }
-        }
+                )
+            } == 0;
         unsafe { libc::close(fd) };
+        sent
     }
 }
 
@@ -771,6 +775,22 @@ impl Stat {
 
 /// The start time of a process whose stat cannot be read: matches no real one.
 const UNREADABLE: u64 = u64::MAX;
+
+/// True if the process behind `pidfd` is conlock's child and has not exited: `waitid`
+/// answers ECHILD for another's process, and reports an exit without reaping it.
+fn unexited_child(pidfd: i32) -> bool {
+    const P_PIDFD: libc::idtype_t = 3;
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::waitid(
+            P_PIDFD,
+            pidfd as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    r == 0 && unsafe { info.si_pid() } == 0
+}
 
 /// True unless no process has this pid (a zombie exists; EPERM means it exists).
 fn exists(pid: i32) -> bool {
@@ -820,26 +840,32 @@ fn read_proc(path: &str) -> Option<Vec<u8>> {
 
 /// The pids in /proc/self/task/<tid>/children. The kernel resumes each step of a listing
 /// from a position (or from the child shown last, if that is still a child): a child
-/// reaped meanwhile shifts the rest, and the live child after it is never shown. So a
+/// reaped meanwhile shifts the rest, and the live child after it is not shown. So a
 /// listing counts once two in a row are the same: the reaped child, shown in the first,
-/// is missing from the second.
+/// is missing from the second. If they never settle (children come and go as fast as
+/// they are listed), every pid that any of the listings showed: a live child is missed
+/// by a listing only if an entry before it is reaped during that listing, and each entry
+/// is reaped once.
 fn children_of(tid: u32) -> Option<Vec<i32>> {
     let path = format!("/proc/self/task/{tid}/children");
+    let pids = |text: &[u8]| -> Vec<i32> {
+        String::from_utf8_lossy(text)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .collect()
+    };
     let mut last = read_proc(&path)?;
-    for _ in 0..64 {
+    let mut seen: HashSet<i32> = HashSet::new();
+    for _ in 0..16 {
         let again = read_proc(&path)?;
         if again == last {
-            return Some(
-                String::from_utf8_lossy(&again)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok())
-                    .collect(),
-            );
+            return Some(pids(&again));
         }
+        seen.extend(pids(&last));
         last = again;
     }
-    // Children reaped faster than they can be listed: the caller scans /proc instead.
-    None
+    seen.extend(pids(&last));
+    Some(seen.into_iter().collect())
 }
 
 /// Every live (not zombie) descendant of `root`, leaving out the subtrees of `skip`.
@@ -883,12 +909,13 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
     // pass finds a child newly dead (zombie or gone), read the lists again. Once it shows
     // dead, its children are already on our lists.
     let mut dead: Vec<i32> = Vec::new();
+    let mut found = Vec::new();
     for _ in 0..64 {
         let Some(candidates) = own_children() else {
             return adopted_from_proc_scan(prior, pgid);
         };
         let mut newly_dead = false;
-        let mut found = Vec::new();
+        found.clear();
         for pid in candidates {
             match proc_stat(pid) {
                 Some(st) if st.state != b'Z' => {
@@ -901,14 +928,20 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
                     }
                 }
                 // Listed but unreadable: /proc hides it (mounted with hidepid, and it runs
-                // as another user, through sudo say), or the read failed. Alive, it counts:
-                // it cannot be signalled through the checks in `Proc::signal`, so conlock
-                // keeps the claim until it is gone.
+                // as another user or is not dumpable, as ssh-agent), or the read failed.
+                // Alive, it counts. `Proc::signal` checks it through a pidfd alone; where
+                // that cannot be done, it survives, and conlock keeps the claim until it
+                // is gone.
                 None if exists(pid) => {
-                    found.extend((!prior.iter().any(|&(p, _)| p == pid)).then_some(Proc {
-                        pid,
-                        start: UNREADABLE,
-                    }))
+                    // getpgid needs no /proc: a member of the command's group is the
+                    // group's (and keeps it alive), not an escapee.
+                    let escaped = unsafe { libc::getpgid(pid) } != pgid;
+                    if escaped && !prior.iter().any(|&(p, _)| p == pid) {
+                        found.push(Proc {
+                            pid,
+                            start: UNREADABLE,
+                        });
+                    }
                 }
                 _ if !dead.contains(&pid) => {
                     dead.push(pid);
@@ -921,13 +954,35 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
             return found;
         }
     }
-    adopted_from_proc_scan(prior, pgid)
+    // Children die faster than they are read: what the last pass found, and what a scan
+    // of every process finds (it cannot see one that /proc hides).
+    for p in adopted_from_proc_scan(prior, pgid) {
+        if !found.iter().any(|f| (f.pid, f.start) == (p.pid, p.start)) {
+            found.push(p);
+        }
+    }
+    found
 }
 
-/// `adopted_children` where /proc/self/task/*/children is missing: every process is read
-/// (in ascending pid order, so a re-parented grandchild, younger than its dead parent, is
-/// read after it).
+/// `adopted_children` where /proc/self/task/*/children is missing: every process is read.
+/// A grandchild read before its parent dies (pids wrap, so it may come first) is
+/// re-parented to conlock after it was read: the scan is repeated until two in a row
+/// find the same.
 fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
+    let key =
+        |procs: &[Proc]| -> Vec<(i32, u64)> { procs.iter().map(|p| (p.pid, p.start)).collect() };
+    let mut last = proc_scan_once(prior, pgid);
+    for _ in 0..8 {
+        let again = proc_scan_once(prior, pgid);
+        if key(&again) == key(&last) {
+            break;
+        }
+        last = again;
+    }
+    last
+}
+
+fn proc_scan_once(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -1170,17 +1225,18 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
             proc_stat(zombie).is_some_and(|st| st.state == b'Z')
         });
-        // The zombie is seen in the first listing; it is reaped after the first read of
-        // the second.
-        let (mut listings, mut reap) = (0, Some(zombie));
+        // The zombie is seen in the first listing of this thread's children; it is reaped
+        // after the first read of the second.
+        let ours = format!("/proc/self/task/{}/children", unsafe { libc::gettid() });
+        let reaped = std::rc::Rc::new(std::cell::Cell::new(false));
+        let (mut listings, flag) = (0, reaped.clone());
         BETWEEN_READS.with(|hook| {
             *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
-                if path.ends_with("/children") && before == 0 {
+                if path == ours && before == 0 {
                     listings += 1;
-                    if listings == 2 {
-                        if let Some(pid) = reap.take() {
-                            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-                        }
+                    if listings == 2 && !flag.get() {
+                        let r = unsafe { libc::waitpid(zombie, std::ptr::null_mut(), 0) };
+                        flag.set(r == zombie);
                     }
                 }
             }))
@@ -1197,7 +1253,72 @@ mod tests {
             let _ = c.wait();
         }
         assert!(exited, "true never exited");
+        assert!(reaped.get(), "the zombie was not reaped during a listing");
         assert_eq!(missing, Vec::<i32>::new(), "live children not listed");
+    }
+
+    /// Listings that never settle (a child added during each one) give every pid they
+    /// showed; before, conlock fell back to a scan of /proc, which cannot see a process
+    /// that /proc hides. Found by review.
+    #[test]
+    fn listings_that_never_settle_still_show_every_child() {
+        let mut c = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        HIDDEN.with(|h| h.set(pid));
+        let ours = format!("/proc/self/task/{}/children", unsafe { libc::gettid() });
+        let added = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let adding = added.clone();
+        BETWEEN_READS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
+                if path == ours && before == 0 {
+                    let more = Command::new("sleep").arg("30").process_group(0).spawn();
+                    adding.borrow_mut().push(more.unwrap());
+                }
+            }))
+        });
+        let listed = children_of(unsafe { libc::gettid() } as u32).unwrap_or_default();
+        let found = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
+        BETWEEN_READS.with(|hook| *hook.borrow_mut() = None);
+        HIDDEN.with(|h| h.set(0));
+        for k in added.borrow_mut().iter_mut().chain([&mut c]) {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        assert!(listed.contains(&pid), "{pid} not in {listed:?}");
+        assert!(found, "the hidden child {pid} was missed");
+    }
+
+    /// A child whose stat /proc hides (ssh-agent is not dumpable, so hidepid hides it even
+    /// from its own user) was never signalled: conlock held the claim until something else
+    /// ended it. Found by review. It is signalled through a pidfd now.
+    #[test]
+    fn a_child_whose_stat_is_hidden_is_signalled_through_a_pidfd() {
+        let mut c = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        HIDDEN.with(|h| h.set(pid));
+        let hidden = Proc {
+            pid,
+            start: UNREADABLE,
+        };
+        let sent = hidden.signal(Signal::SIGKILL);
+        let status = c.wait().unwrap();
+        // Reaped: no longer a child of ours, so nothing is sent.
+        let again = hidden.signal(Signal::SIGKILL);
+        HIDDEN.with(|h| h.set(0));
+        assert!(sent, "not sent");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        assert!(!again, "sent to a pid that is no longer ours");
     }
 
     #[test]
