@@ -113,6 +113,11 @@ impl Guardian {
         pipe.as_ref()?.as_fd().try_clone_to_owned().ok()
     }
 
+    /// Sends a deadline the renew thread could not (the pipe was busy), if there is one.
+    pub fn flush(&self) {
+        self.flush_deadline(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
     /// The command's whole group is gone; from now on the guardian signals nothing.
     pub fn group_gone(&self) {
         self.send(&Msg::GroupGone);

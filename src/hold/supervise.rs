@@ -287,9 +287,13 @@ impl Child {
         if terminal && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() } {
             unsafe { give_terminal(pid.as_raw()) };
         }
-        if let (Some(g), false) = (guardian, spawned.announced) {
+        match (guardian, spawned.announced) {
             // The child's own line did not get through (a full pipe, no descriptor left).
-            g.process_group(pid.as_raw());
+            (Some(g), false) => g.process_group(pid.as_raw()),
+            // A deadline the renew thread could not send meanwhile (the copy of the pipe
+            // was being made) would have gone with that message.
+            (Some(g), true) => g.flush(),
+            (None, _) => {}
         }
         if let Some(sig) = spawned.held_stop {
             // A Ctrl-Z that reached the child before its exec: the command gets it now.
@@ -843,10 +847,10 @@ fn read_proc(path: &str) -> Option<Vec<u8>> {
 /// reaped meanwhile shifts the rest, and the live child after it is not shown. So a
 /// listing counts once two in a row are the same: the reaped child, shown in the first,
 /// is missing from the second. If they never settle (children come and go as fast as
-/// they are listed), every pid that any of the listings showed: a live child is missed
-/// by a listing only if an entry before it is reaped during that listing, and each entry
-/// is reaped once.
-fn children_of(tid: u32) -> Option<Vec<i32>> {
+/// they are listed), every pid that any of the listings showed, and false: a live child
+/// is missed by a listing only if an entry before it is reaped during that listing, and
+/// each entry is reaped once, but that is not proof; the caller reads again.
+fn children_of(tid: u32) -> Option<(Vec<i32>, bool)> {
     let path = format!("/proc/self/task/{tid}/children");
     let pids = |text: &[u8]| -> Vec<i32> {
         String::from_utf8_lossy(text)
@@ -859,13 +863,13 @@ fn children_of(tid: u32) -> Option<Vec<i32>> {
     for _ in 0..16 {
         let again = read_proc(&path)?;
         if again == last {
-            return Some(pids(&again));
+            return Some((pids(&again), true));
         }
         seen.extend(pids(&last));
         last = again;
     }
     seen.extend(pids(&last));
-    Some(seen.into_iter().collect())
+    Some((seen.into_iter().collect(), false))
 }
 
 /// Every live (not zombie) descendant of `root`, leaving out the subtrees of `skip`.
@@ -911,10 +915,11 @@ fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
     let mut dead: Vec<i32> = Vec::new();
     let mut found = Vec::new();
     for _ in 0..64 {
-        let Some(candidates) = own_children() else {
+        let Some((candidates, settled)) = own_children() else {
             return adopted_from_proc_scan(prior, pgid);
         };
-        let mut newly_dead = false;
+        // Listings that never settled are read again, as after a death.
+        let mut newly_dead = !settled;
         found.clear();
         for pid in candidates {
             match proc_stat(pid) {
@@ -1018,7 +1023,7 @@ impl Prior {
 fn prior_children() -> Vec<(i32, u64)> {
     match own_children() {
         // One that cannot be read is known by its pid alone (see `adopted_children`).
-        Some(pids) => pids
+        Some((pids, _)) => pids
             .into_iter()
             .map(|pid| (pid, proc_stat(pid).map_or(UNREADABLE, |st| st.start)))
             .collect(),
@@ -1035,16 +1040,20 @@ fn prior_children() -> Vec<(i32, u64)> {
 /// an exiting thread). No other thread forks, so two reads at most (one in conlock, where
 /// the leader supervises) instead of one per thread. None where the kernel lacks the file
 /// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
-fn own_children() -> Option<Vec<i32>> {
+/// With it, whether the listings settled (see `children_of`).
+fn own_children() -> Option<(Vec<i32>, bool)> {
     let leader = std::process::id();
     let me = unsafe { libc::gettid() } as u32;
-    let mut pids = Vec::new();
+    let (mut pids, mut settled) = (Vec::new(), true);
     if me != leader {
-        pids.extend(children_of(me)?);
+        let (mine, ok) = children_of(me)?;
+        pids.extend(mine);
+        settled &= ok;
     }
     // The leader last, so that a child handed to it by an exiting thread meanwhile is read.
-    pids.extend(children_of(leader)?);
-    Some(pids)
+    let (leaders, ok) = children_of(leader)?;
+    pids.extend(leaders);
+    Some((pids, settled && ok))
 }
 
 /// True when conlock's process group is provably not orphaned: its parent (a shell with
@@ -1155,6 +1164,33 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
+    /// `sleep 30` in a process group of its own.
+    fn sleeper() -> std::process::Child {
+        Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    /// `sleeper()` run through a symlink called `name` (the process's name), and the
+    /// folder to remove after.
+    fn sleeper_named(tag: &str, name: &std::ffi::OsStr) -> (std::process::Child, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("conlock-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        // argv[0] "sleep", for a multi-call sleep (busybox); the name comes from the file.
+        let child = Command::new(&link)
+            .arg0("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        (child, dir)
+    }
+
     type ReadHook = Box<dyn FnMut(&str, usize)>;
 
     thread_local! {
@@ -1178,11 +1214,7 @@ mod tests {
     /// it ran. Found by review. It counts as alive now, and cannot be signalled.
     #[test]
     fn a_child_whose_stat_is_hidden_counts_as_alive() {
-        let mut c = Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let mut c = sleeper();
         let pid = c.id() as i32;
         HIDDEN.with(|h| h.set(pid));
         let found: Vec<(i32, u64)> = adopted_children(&[], 0)
@@ -1262,11 +1294,7 @@ mod tests {
     /// that /proc hides. Found by review.
     #[test]
     fn listings_that_never_settle_still_show_every_child() {
-        let mut c = Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let mut c = sleeper();
         let pid = c.id() as i32;
         HIDDEN.with(|h| h.set(pid));
         let ours = format!("/proc/self/task/{}/children", unsafe { libc::gettid() });
@@ -1275,12 +1303,11 @@ mod tests {
         BETWEEN_READS.with(|hook| {
             *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
                 if path == ours && before == 0 {
-                    let more = Command::new("sleep").arg("30").process_group(0).spawn();
-                    adding.borrow_mut().push(more.unwrap());
+                    adding.borrow_mut().push(sleeper());
                 }
             }))
         });
-        let listed = children_of(unsafe { libc::gettid() } as u32).unwrap_or_default();
+        let (listed, settled) = children_of(unsafe { libc::gettid() } as u32).unwrap();
         let found = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
         BETWEEN_READS.with(|hook| *hook.borrow_mut() = None);
         HIDDEN.with(|h| h.set(0));
@@ -1289,6 +1316,7 @@ mod tests {
             let _ = k.wait();
         }
         assert!(listed.contains(&pid), "{pid} not in {listed:?}");
+        assert!(!settled);
         assert!(found, "the hidden child {pid} was missed");
     }
 
@@ -1297,11 +1325,7 @@ mod tests {
     /// ended it. Found by review. It is signalled through a pidfd now.
     #[test]
     fn a_child_whose_stat_is_hidden_is_signalled_through_a_pidfd() {
-        let mut c = Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let mut c = sleeper();
         let pid = c.id() as i32;
         HIDDEN.with(|h| h.set(pid));
         let hidden = Proc {
@@ -1332,16 +1356,7 @@ mod tests {
             .map(|p| (p.pid, p.start))
             .collect();
         // A name with spaces and parentheses must not shift the fields.
-        let dir = std::env::temp_dir().join(format!("conlock-stat-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let odd = dir.join("a) b (c");
-        let _ = std::fs::remove_file(&odd);
-        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
-        let mut c = Command::new(&odd)
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let (mut c, dir) = sleeper_named("stat", "a) b (c".as_ref());
         let pid = c.id() as i32;
         let found = (0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
@@ -1362,17 +1377,7 @@ mod tests {
     #[test]
     fn a_child_named_with_bytes_that_are_not_utf8_is_listed() {
         use std::os::unix::ffi::OsStrExt;
-        let dir = std::env::temp_dir().join(format!("conlock-utf8-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let odd = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffe) p"));
-        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
-        // argv[0] "sleep", for a multi-call sleep (busybox); the name comes from the file.
-        let mut c = Command::new(&odd)
-            .arg0("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let (mut c, dir) = sleeper_named("utf8", std::ffi::OsStr::from_bytes(b"sl\xffe) p"));
         let pid = c.id() as i32;
         // Listed once its exec has set the name.
         let name_set = (0..500).any(|_| {
@@ -1443,7 +1448,7 @@ mod tests {
             .join()
             .unwrap();
         let pid = c.id() as i32;
-        let listed = own_children().map(|pids| pids.contains(&pid));
+        let listed = own_children().map(|(pids, _)| pids.contains(&pid));
         let adopted = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
         let _ = c.kill();
         let _ = c.wait();
