@@ -1037,7 +1037,7 @@ fn prior_children() -> Vec<(i32, u64)> {
 /// conlock's children that can matter here, from /proc/self/task/<tid>/children: those of
 /// the calling thread (the one that spawned the command) and those of the leader (the
 /// first live thread, which gets every orphan re-parented to conlock, and the children of
-/// an exiting thread). No other thread forks, so two reads at most (one in conlock, where
+/// an exiting thread). No other thread forks, so two lists at most (one in conlock, where
 /// the leader supervises) instead of one per thread. None where the kernel lacks the file
 /// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
 /// With it, whether the listings settled (see `children_of`).
