@@ -573,3 +573,70 @@ fn watch_stops_its_handler_on_sigterm() {
     );
     assert_eq!(st.code(), Some(128 + libc::SIGTERM));
 }
+
+/// An escaped process that /proc hides from conlock (`/proc` mounted `hidepid=invisible`,
+/// and the process is not dumpable, as ssh-agent makes itself) is stopped, and conlock
+/// waits for it before it releases. Its stat could not be read, so it read as gone, and
+/// conlock released while it ran on. Found by review. Runs as root only: it mounts /proc in a mount namespace of its
+/// own and runs conlock as nobody there.
+#[test]
+fn an_escapee_hidden_by_hidepid_is_stopped() {
+    let tools = ["/usr/bin/unshare", "/usr/bin/setpriv", "/usr/bin/python3"];
+    // hidepid=invisible needs Linux 5.8, where each mount of /proc has its own options
+    // (before, a mount changed those of every /proc): tried first in a throwaway namespace.
+    let mount = "mount -t proc -o hidepid=invisible proc /proc";
+    let can_mount = || {
+        Command::new(tools[0])
+            .args(["-m", "--propagation", "private", "sh", "-c", mount])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if unsafe { libc::geteuid() } != 0
+        || !tools.iter().all(|t| Path::new(t).exists())
+        || !can_mount()
+    {
+        eprintln!(
+            "skipped an_escapee_hidden_by_hidepid_is_stopped: needs root, {tools:?} and Linux 5.8"
+        );
+        return;
+    }
+    let server = start_server();
+    let dir = scratch("hidepid");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let d = dir.display();
+    // Not dumpable (PR_SET_DUMPABLE 0), in a session of its own; then it waits.
+    std::fs::write(
+        dir.join("esc.py"),
+        "import ctypes, os, sys, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n\
+         open(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(300)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("cmd.sh"),
+        format!(
+            "setsid /usr/bin/python3 {d}/esc.py {d}/esc &\n\
+             while [ ! -s {d}/esc ]; do sleep 0.01; done\nexit 0\n"
+        ),
+    )
+    .unwrap();
+    let inner = format!(
+        "{mount} && \
+         exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+         {BIN} run --key hidepid --kill-grace 1s -- sh {d}/cmd.sh"
+    );
+    let mut run = KillOnDrop(
+        Command::new("/usr/bin/unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &inner])
+            .env("CONSUL_HTTP_ADDR", server.addr().to_string())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let esc = read_pid(&dir.join("esc"));
+    let _reap = Reap(vec![esc]);
+    assert!(wait_exit(&mut run.0, LONG).success());
+    assert!(
+        !process_alive(esc),
+        "the hidden escaped process outlived conlock run (it was released beside it)"
+    );
+}
