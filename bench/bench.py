@@ -289,8 +289,8 @@ def bench_uncontended(tools, runs, proxy):
     # The harness's own floor, measured the same way and interleaved: spawning `true`.
     floor = []
     # The protocol's floor: the same four requests around a spawn of `true`, from a C
-    # program with no safety machinery (bench/floor.c). It needs an IPv4 literal.
-    # Plain HTTP to an IPv4 literal, no ACL token: skipped (None) where that cannot work.
+    # program with no safety machinery (bench/floor.c). It speaks plain HTTP to an IPv4
+    # literal without an ACL token: skipped (None) where that cannot work.
     plain = tools[0].server.addr.startswith("http://") and not os.environ.get("CONSUL_HTTP_TOKEN")
     proto = c_program("floor") if plain and re.match(r"^\d+\.\d+\.\d+\.\d+:\d+$", tools[0].server.hostport) else ""
     proto_walls = []

@@ -1211,7 +1211,7 @@ mod tests {
     }
 
     /// A child conlock cannot read (hidepid, another user's) read as gone: released while
-    /// it ran. Found by review. It counts as alive now, and cannot be signalled.
+    /// it ran. Found by review. It counts as alive now (see the pidfd test for its signal).
     #[test]
     fn a_child_whose_stat_is_hidden_counts_as_alive() {
         let mut c = sleeper();
