@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 DEBUG_BIN := $(TARGET_DIR)/debug/conlock
 RELEASE_BIN := $(TARGET_DIR)/release/conlock
 BIN := $(RELEASE_BIN)
-SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+SOURCES := Cargo.toml Cargo.lock build.rs $(shell find src -name '*.rs')
 
 # Install locations, GNU style: `make install PREFIX=/usr DESTDIR=/tmp/stage`.
 PREFIX ?= /usr/local

@@ -570,3 +570,35 @@ fn ctrl_c_during_the_demo_releases_before_the_server_stops() {
         assert!(!err.contains(bad), "{err}");
     }
 }
+
+/// conlock started with stdin, stdout or stderr closed (`>&-` in a script, a daemon that
+/// closed them): they are opened on /dev/null first, as the command would expect, so
+/// that no socket or pipe of conlock's takes their number. A guardian whose pipe was fd 1
+/// read end-of-file at once and took conlock for dead.
+#[test]
+fn closed_standard_streams_become_dev_null() {
+    use std::os::unix::process::CommandExt;
+    let server = start_server();
+    let dir = scratch("closed-streams");
+    for fd in 0..3 {
+        let (out, key) = (dir.join(format!("fds-{fd}")), format!("closed-{fd}"));
+        let mut cmd = conlock(&server);
+        cmd.args(["run", "--key", &key, "--", "sh", "-c"])
+            .arg(format!(
+                // Through a pipe: dash redirects a simple command in the shell itself.
+                "readlink /proc/$$/fd/{fd} | cat > {}; echo out; echo err >&2",
+                out.display()
+            ));
+        // SAFETY: close is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "fd {fd} closed: {}", stderr(&o));
+        assert_eq!(read(&out).trim(), "/dev/null", "fd {fd} of the command");
+        assert!(holder(&client(&server), &key).is_none());
+    }
+}

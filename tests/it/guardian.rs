@@ -568,3 +568,59 @@ fn guardian_kills_escaped_processes_of_a_stopped_conlock() {
     signal(h.0.id(), libc::SIGCONT);
     wait_exit(&mut h.0, LONG);
 }
+
+/// conlock's direct children, from every thread's list.
+fn children_of(pid: u32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        found.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    found
+}
+
+/// A guardian that dies leaves conlock writing to a pipe nobody reads. That must be an
+/// error conlock warns about (SIGPIPE ignored), not a death by SIGPIPE that would skip
+/// the release and leave the lock to the session's TTL and lock-delay.
+#[test]
+fn conlock_outlives_its_guardian() {
+    let server = start_server();
+    let dir = scratch("guardian-gone");
+    let (pidfile, go) = (dir.join("pid"), dir.join("go"));
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "guardian-gone", "--lock-delay", "60s"])
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {}; while [ ! -e {} ]; do sleep 0.01; done",
+                pidfile.display(),
+                go.display()
+            ))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let command = read_pid(&pidfile);
+    let guardian = children_of(h.0.id())
+        .into_iter()
+        .find(|&p| p != command)
+        .expect("conlock has a guardian child");
+    signal(guardian as u32, libc::SIGKILL);
+    assert!(wait_for(LONG, || !process_alive(guardian)));
+    File::create(&go).unwrap();
+    let status = wait_exit(&mut h.0, LONG);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut h.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {err}");
+    assert!(err.contains("guardian process is gone"), "{err}");
+    assert!(
+        holder(&client(&server), "guardian-gone").is_none(),
+        "the lock was not released"
+    );
+}
