@@ -5,6 +5,7 @@
 pub mod guardian;
 pub mod pgroup;
 pub mod session;
+mod signals;
 mod spawn;
 pub mod supervise;
 
@@ -53,7 +54,10 @@ enum Phase {
 
 /// Runs the whole life cycle and returns the exit code.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
+    // A guardian forked here (none was at start) gets the signal mask conlock started with.
     let guardian = Guardian::start(client.config());
+    // Before any thread starts: every thread inherits the mask.
+    signals::block();
     let result = hold_guarded(client, spec, claim, guardian.as_ref());
     if let Err(e) = &result {
         events::exit(
@@ -479,61 +483,57 @@ fn wait_survivors(session: &Session, child: &Child) -> Option<String> {
 
 fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     // Signals ignored when conlock started (`nohup`, background jobs of a non-interactive
-    // shell) stay ignored: not caught, not forwarded, and the child inherits SIG_IGN.
+    // shell) stay ignored: not taken, not forwarded, and the child inherits SIG_IGN.
     // SIGTSTP (Ctrl-Z while conlock, not the command, has the terminal) goes to the
     // command like sudo does; conlock stops when the command does. Stopping conlock alone
     // would leave the command running unsupervised with nobody renewing the session.
-    let caught: Vec<i32> = supervise::FORWARDED
-        .into_iter()
-        .chain([libc::SIGTSTP])
-        .filter(|&sig| !supervise::ignored(sig))
-        .collect();
-    let mut signals = signal_hook::iterator::Signals::new(caught)
-        .map_err(|e| Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}")))?;
+    let set = signals::block();
     std::thread::Builder::new()
         .name("signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
-                if sig == libc::SIGTSTP && !matches!(&*guard, Phase::Holding(_)) {
-                    // No command yet: what SIGTSTP would have done.
-                    unsafe { libc::raise(libc::SIGSTOP) };
-                    continue;
+        .spawn(move || loop {
+            let sig = signals::wait(&set);
+            if sig == libc::SIGCHLD {
+                signals::reap_ready();
+                continue;
+            }
+            let guard = phase.lock().unwrap_or_else(|p| p.into_inner());
+            if sig == libc::SIGTSTP && !matches!(&*guard, Phase::Holding(_)) {
+                // No command yet: what SIGTSTP would have done.
+                unsafe { libc::raise(libc::SIGSTOP) };
+                continue;
+            }
+            match &*guard {
+                Phase::Holding(tx) => {
+                    if TERMINATING.contains(&sig) {
+                        STOP_REQUESTED.store(true, Ordering::SeqCst);
+                        // A child stopped between clone and exec (a Ctrl-Z there)
+                        // keeps conlock waiting in clone: let it go on, so that the
+                        // supervising loop runs and hands the signal on.
+                        let spawning = spawn::SPAWNING.load(Ordering::SeqCst);
+                        if spawning > 0 {
+                            unsafe { libc::kill(spawning, libc::SIGCONT) };
+                        }
+                    }
+                    let _ = tx.send(Event::Signal(sig));
                 }
-                match &*guard {
-                    Phase::Holding(tx) => {
-                        if TERMINATING.contains(&sig) {
-                            STOP_REQUESTED.store(true, Ordering::SeqCst);
-                            // A child stopped between clone and exec (a Ctrl-Z there)
-                            // keeps conlock waiting in clone: let it go on, so that the
-                            // supervising loop runs and hands the signal on.
-                            let spawning = spawn::SPAWNING.load(Ordering::SeqCst);
-                            if spawning > 0 {
-                                unsafe { libc::kill(spawning, libc::SIGCONT) };
-                            }
-                        }
-                        let _ = tx.send(Event::Signal(sig));
+                Phase::Starting => {
+                    if TERMINATING.contains(&sig) {
+                        events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                        events::flush();
+                        ui::flush();
+                        std::process::exit(128 + sig);
                     }
-                    Phase::Starting => {
-                        if TERMINATING.contains(&sig) {
-                            events::exit(128 + sig, "interrupted", serde_json::json!({}));
-                            events::flush();
-                            ui::flush();
-                            std::process::exit(128 + sig);
-                        }
-                    }
-                    Phase::Acquiring { client, session } => {
-                        if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig)
-                        {
-                            ui::clear_status();
-                            ui::verbose(format_args!("signal {sig} while waiting; giving up"));
-                            // Destroying the session also drops anything it may just have acquired.
-                            let _ = client.session_destroy(&session.id());
-                            events::exit(128 + sig, "interrupted", serde_json::json!({}));
-                            events::flush();
-                            ui::flush();
-                            std::process::exit(128 + sig);
-                        }
+                }
+                Phase::Acquiring { client, session } => {
+                    if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig) {
+                        ui::clear_status();
+                        ui::verbose(format_args!("signal {sig} while waiting; giving up"));
+                        // Destroying the session also drops anything it may just have acquired.
+                        let _ = client.session_destroy(&session.id());
+                        events::exit(128 + sig, "interrupted", serde_json::json!({}));
+                        events::flush();
+                        ui::flush();
+                        std::process::exit(128 + sig);
                     }
                 }
             }

@@ -171,8 +171,9 @@ struct ChildArgs {
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let a = &mut *arg.cast::<ChildArgs>();
-        // conlock's handlers (signal-hook's) must not run here: they would act for
-        // conlock. Ignored signals stay ignored, as across an exec.
+        // No handler of conlock's process may run here: it would act for conlock (a hold
+        // installs none, but a library may). Ignored signals stay ignored, as across an
+        // exec.
         for sig in 1..=SIG_MAX {
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(sig, ptr::null(), &mut old) == 0

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::guardian::Guardian;
@@ -207,7 +206,7 @@ pub struct Child {
 
 impl Child {
     /// Spawns the program in a new process group guarded against our own death.
-    /// A reaper thread reports the child's end as `Event::ChildExited`. `Ok(None)`: the
+    /// The signal thread reports the child's end as `Event::ChildExited`. `Ok(None)`: the
     /// child reached `deadline` before its exec (it was stopped) and did not exec.
     pub fn spawn(
         program: &Program,
@@ -222,11 +221,11 @@ impl Child {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
         // A SIGCHLD ignored by whoever started us is inherited through exec; then the
-        // kernel reaps our children itself, the reaper's waitpid never reports the child,
+        // kernel reaps our children itself, the signal thread never sees the child end,
         // and we would hold the lock forever after it ended. The child keeps what it
         // would have inherited.
-        let sigchld_ignored =
-            unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
+        let sigchld_ignored = super::signals::sigchld_was_ignored()
+            || unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
         // While the command owns the terminal, conlock is a background process there: a
@@ -299,19 +298,8 @@ impl Child {
             // A Ctrl-Z that reached the child before its exec: the command gets it now.
             unsafe { libc::kill(-pid.as_raw(), sig) };
         }
-        let reaper = std::thread::Builder::new()
-            .name("reaper".into())
-            .spawn(move || reap(pid, events));
-        if let Err(e) = reaper {
-            // Without a reaper the command's end is never seen: it must not run on.
-            unsafe { libc::kill(-pid.as_raw(), libc::SIGKILL) };
-            announce_gone();
-            let mut status = 0;
-            unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) };
-            return Err(Error::Other(anyhow::anyhow!(
-                "cannot start the thread that waits for the command ({e}); killed it"
-            )));
-        }
+        // The signal thread reaps it from now on and reports its end.
+        super::signals::watch_command(pid.as_raw(), events);
         ui::verbose(format_args!(
             "started {} as pid {pid} (own process group)",
             program.display
@@ -413,13 +401,20 @@ impl Child {
             if sig == libc::SIGSTOP {
                 libc::raise(sig);
             } else {
-                // The default action for this one raise; the whole sigaction is restored
-                // after (a signal-hook handler needs its SA_SIGINFO flag back).
+                // The default action for this one raise, and the signal unblocked in this
+                // thread for it (SIGTSTP is blocked, for the signal thread); both are
+                // restored after.
                 let mut dfl: libc::sigaction = std::mem::zeroed();
                 dfl.sa_sigaction = libc::SIG_DFL;
                 let mut old: libc::sigaction = std::mem::zeroed();
                 libc::sigaction(sig, &dfl, &mut old);
+                let mut one: libc::sigset_t = std::mem::zeroed();
+                let mut mask: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut one);
+                libc::sigaddset(&mut one, sig);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, &mut mask);
                 libc::raise(sig);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
                 libc::sigaction(sig, &old, std::ptr::null_mut());
             }
         }
@@ -605,7 +600,7 @@ pub fn supervise(
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
-                // Cannot happen while the reaper holds a sender; stop rather than spin.
+                // Cannot happen while the signal thread holds a sender; stop rather than spin.
                 status = Some(crate::error::exit::INTERNAL);
             }
         }
@@ -744,7 +739,7 @@ impl Proc {
                 .is_some_and(|st| st.ppid == me && st.start == self.start && st.state != b'Z')
         };
         if fd < 0 {
-            // Kernels before 5.3: a narrow race with the reaper remains.
+            // Kernels before 5.3: a narrow race with the signal thread's reaping remains.
             return still_ours() && kill(Pid::from_raw(self.pid), sig).is_ok();
         }
         let sent = still_ours()
@@ -1113,32 +1108,9 @@ pub fn describe_end(code: i32) -> String {
     }
 }
 
-/// Reaps every child (we are a subreaper) and reports the direct child's end, and its
-/// stops on terminal signals (job control).
-fn reap(pid: Pid, events: Sender<Event>) {
-    loop {
-        match waitpid(None, Some(WaitPidFlag::WUNTRACED)) {
-            Ok(WaitStatus::Stopped(p, sig))
-                if p == pid
-                    && matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) =>
-            {
-                let _ = events.send(Event::Stopped(sig as i32));
-            }
-            Ok(WaitStatus::Exited(p, code)) if p == pid => {
-                let _ = events.send(Event::ChildExited(code));
-            }
-            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                CHILD_SIGNAL.store(sig as i32, std::sync::atomic::Ordering::SeqCst);
-                let _ = events.send(Event::ChildExited(128 + sig as i32));
-            }
-            Ok(_) => {}
-            Err(Errno::EINTR) => {}
-            Err(_) => {
-                // No children left; wait for new orphans to arrive.
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
+/// Records the signal the command died of (see `child_signal`).
+pub(super) fn record_child_signal(sig: i32) {
+    CHILD_SIGNAL.store(sig, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// True when stdin is a terminal whose foreground group is ours.

@@ -1,0 +1,118 @@
+//! The signals a hold takes, and the command's end: no handlers. Every thread blocks
+//! them (`block`, before the hold starts any thread; threads inherit the mask), and one
+//! thread takes them with `sigwaitinfo`. SIGCHLD is among them, so the same thread reaps
+//! the command and every orphan re-parented to conlock (a subreaper): no reaper thread,
+//! no self-pipe, and no system call of another thread ever fails with EINTR.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Mutex;
+
+use super::supervise::{self, Event};
+
+/// Whether SIGCHLD was ignored when conlock started: the command inherits that.
+static SIGCHLD_IGNORED: AtomicBool = AtomicBool::new(false);
+
+/// The command (its pid) and where its end goes, once it has started.
+static COMMAND: Mutex<Option<(i32, Sender<Event>)>> = Mutex::new(None);
+
+/// The set `block` blocked.
+static BLOCKED: Mutex<Option<libc::sigset_t>> = Mutex::new(None);
+
+/// The set the signal thread takes: the forwarded signals and SIGTSTP, except those
+/// ignored when conlock started (`nohup`, background jobs of a non-interactive shell:
+/// they stay ignored, and the command inherits SIG_IGN), and SIGCHLD.
+fn set() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in supervise::FORWARDED.into_iter().chain([libc::SIGTSTP]) {
+            if !supervise::ignored(sig) {
+                libc::sigaddset(&mut set, sig);
+            }
+        }
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    }
+}
+
+/// Blocks `set()` in the calling thread and in every thread it starts from now on. Called
+/// first thing in a hold, while conlock has one thread: a signal that arrives before the
+/// signal thread runs then waits for it (pending) instead of taking its default action.
+pub(super) fn block() -> libc::sigset_t {
+    let mut blocked = BLOCKED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(set) = *blocked {
+        return set;
+    }
+    unsafe {
+        // SIG_IGN for SIGCHLD would make the kernel reap our children itself: the command's
+        // end would never be seen. The command still gets what conlock inherited.
+        if libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN {
+            SIGCHLD_IGNORED.store(true, Ordering::SeqCst);
+        }
+        let set = set();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        *blocked = Some(set);
+        set
+    }
+}
+
+/// Whether SIGCHLD was ignored when the hold started.
+pub(super) fn sigchld_was_ignored() -> bool {
+    SIGCHLD_IGNORED.load(Ordering::SeqCst)
+}
+
+/// Waits for the next signal of `set`.
+pub(super) fn wait(set: &libc::sigset_t) -> i32 {
+    loop {
+        let sig = unsafe { libc::sigwaitinfo(set, std::ptr::null_mut()) };
+        if sig > 0 {
+            return sig;
+        }
+        // EINTR: a stop and continue of conlock.
+    }
+}
+
+/// From now on the signal thread reaps and reports `pid`'s end (and its stops on terminal
+/// signals) to `events`. Until then it reaps nothing, so that the spawn can wait for a
+/// child whose exec failed, and tell the guardian before that pid is freed.
+pub(super) fn watch_command(pid: i32, events: Sender<Event>) {
+    *COMMAND.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, events));
+    // The command may have ended already (its SIGCHLD taken meanwhile): look now.
+    unsafe { libc::kill(libc::getpid(), libc::SIGCHLD) };
+}
+
+/// Reaps every child that has ended (we are a subreaper), reporting the command's end and
+/// stops. Called by the signal thread on SIGCHLD.
+pub(super) fn reap_ready() {
+    let command = COMMAND.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((pid, events)) = command.as_ref() else {
+        return;
+    };
+    loop {
+        let mut status = 0;
+        let p = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+        if p < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if p <= 0 {
+            // None ended (0), or no children left (ECHILD): the next SIGCHLD says when.
+            return;
+        }
+        if p != *pid {
+            continue;
+        }
+        if libc::WIFSTOPPED(status) {
+            let sig = libc::WSTOPSIG(status);
+            if [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&sig) {
+                let _ = events.send(Event::Stopped(sig));
+            }
+        } else if libc::WIFEXITED(status) {
+            let _ = events.send(Event::ChildExited(libc::WEXITSTATUS(status)));
+        } else if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            supervise::record_child_signal(sig);
+            let _ = events.send(Event::ChildExited(128 + sig));
+        }
+    }
+}
