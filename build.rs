@@ -7,9 +7,11 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
     let target = env::var("TARGET").unwrap_or_default();
-    if !(target.contains("-linux-gnu")
-        && env::var("CARGO_CFG_TARGET_FEATURE").map_or(true, |f| !f.contains("crt-static")))
-    {
+    let static_crt = env::var("CARGO_CFG_TARGET_FEATURE").is_ok_and(|f| f.contains("crt-static"));
+    // Native builds only: a cross linker's sysroot may lack libgcc_eh.a even where the
+    // host compiler has it.
+    let native = env::var("HOST").is_ok_and(|h| h == target);
+    if !target.contains("-linux-gnu") || static_crt || !native {
         return;
     }
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());

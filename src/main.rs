@@ -1,5 +1,6 @@
-// conlock's own entry point instead of std's: see `start`.
-#![cfg_attr(not(test), no_main)]
+// conlock's own entry point instead of std's on glibc, where std still gets the
+// arguments (from glibc's init hook): see `main`. Elsewhere (musl) std's start stays.
+#![cfg_attr(all(not(test), target_env = "gnu"), no_main)]
 use clap::Parser;
 use conlock::error::exit;
 
@@ -7,7 +8,7 @@ use conlock::error::exit;
 /// thread's stack guard) and set up an alternate signal stack in every thread, only to
 /// name a stack overflow: about 0.15 ms of every run. A stack overflow still ends
 /// conlock with SIGSEGV, and the guardian then stops the command as for any death.
-#[cfg(not(test))]
+#[cfg(all(not(test), target_env = "gnu"))]
 #[no_mangle]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: first thing, with a single thread.
@@ -16,11 +17,16 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     run()
 }
 
+#[cfg(all(not(test), not(target_env = "gnu")))]
+fn main() {
+    run()
+}
+
 /// What std's start does that conlock needs: standard streams that are open, so that
 /// no socket or pipe becomes fd 0, 1 or 2 (and the command's output, for example, would
 /// go to Consul); and SIGPIPE ignored, so a closed pipe is an error, not a death.
-// The test harness has its own main.
-#[cfg_attr(test, allow(dead_code))]
+// The test harness has its own main; std's start does this elsewhere.
+#[cfg_attr(any(test, not(target_env = "gnu")), allow(dead_code))]
 unsafe fn start() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
