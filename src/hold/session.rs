@@ -11,7 +11,6 @@
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::guardian::Guardian;
@@ -94,11 +93,15 @@ impl SessionRef {
             .id
             .clone()
     }
+
+    /// Starts the renew thread if it is not running (see `Session::start_renewing`).
+    pub fn start_renewing(&self) -> std::io::Result<()> {
+        start_worker(&self.0)
+    }
 }
 
 pub struct Session {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
 }
 
 struct Shared {
@@ -107,6 +110,8 @@ struct Shared {
     spec: SessionSpec,
     state: Mutex<State>,
     wake: Condvar,
+    /// Whether the renew thread was started.
+    worker: Mutex<bool>,
 }
 
 struct State {
@@ -132,9 +137,10 @@ struct State {
 pub type DeadlineHook = Box<dyn Fn(BootInstant) + Send>;
 
 impl Session {
-    /// Creates the session and starts renewing it.
+    /// Creates the session and, with `renew`, starts the thread that renews it.
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
-    /// With `renew` false, renewals wait for `resume_renewing`.
+    /// With `renew` false, renewals wait for `resume_renewing`, and the thread for
+    /// `start_renewing`.
     pub fn create(
         client: &Client,
         spec: SessionSpec,
@@ -171,16 +177,20 @@ impl Session {
                 on_confirmed: None,
             }),
             wake: Condvar::new(),
+            worker: Mutex::new(false),
         });
-        let worker = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("renew".into())
-            .spawn(move || renew_loop(&worker))
-            .expect("spawn renew thread");
-        Ok(Session {
-            shared,
-            thread: Some(thread),
-        })
+        if renew {
+            start_worker(&shared).expect("spawn renew thread");
+        }
+        Ok(Session { shared })
+    }
+
+    /// Starts the thread that renews the session and confirms the claim, if it is not
+    /// running. A lock waiter renews nothing, so a hold starts it a little after the
+    /// command (with the monitor): a command that ends sooner costs no thread for it.
+    /// Until it runs, the deadline stays where the acquisition put it.
+    pub fn start_renewing(&self) -> std::io::Result<()> {
+        start_worker(&self.shared)
     }
 
     pub fn id(&self) -> String {
@@ -328,9 +338,8 @@ impl Session {
             s.stop = true;
             s.id.clone()
         };
-        self.shared.wake.notify_all();
         // The thread may sit in a renew call; it exits when that returns.
-        drop(self.thread.take());
+        self.shared.wake.notify_all();
         id
     }
 
@@ -397,6 +406,18 @@ fn set_lost(s: &mut State, reason: String) {
         let _ = tx.send(Event::Lost(reason.clone()));
     }
     s.lost = Some(reason);
+}
+
+fn start_worker(shared: &Arc<Shared>) -> std::io::Result<()> {
+    let mut started = shared.worker.lock().unwrap_or_else(|p| p.into_inner());
+    if !*started {
+        let worker = shared.clone();
+        std::thread::Builder::new()
+            .name("renew".into())
+            .spawn(move || renew_loop(&worker))?;
+        *started = true;
+    }
+    Ok(())
 }
 
 enum Job {
