@@ -236,14 +236,13 @@ fn hold_guarded(
     // The spawn returned after the exec: the command has started (--min-hold and
     // --max-time count from here).
     let started = Instant::now();
-    // Started a little after the child, by the supervising loop, with the renew thread
-    // (if the wait did not need it): a job that ends within MONITOR_DELAY costs no thread
-    // and no request for them. A loss meanwhile is still seen at once when the monitor
-    // starts (the watch starts from the acquisition's index), and the deadline (from the
-    // acquisition, confirm_every >= 100 ms) needs neither before then.
+    // Started a little after the child, by the supervising loop: a job that ends within
+    // MONITOR_DELAY costs no thread and no request for it. A loss meanwhile is still
+    // seen at once when it starts (the watch starts from the acquisition's index), and
+    // the deadline does not depend on the monitor.
     let stop_monitor = Arc::new(AtomicBool::new(false));
     let start_monitor: Box<dyn FnMut() -> bool> = {
-        let (claim, client, sid, held, policy, tx, stop, renewer) = (
+        let (claim, client, sid, held, policy, tx, stop) = (
             claim.clone(),
             client.clone(),
             session_id.clone(),
@@ -251,21 +250,9 @@ fn hold_guarded(
             spec.monitor,
             tx.clone(),
             stop_monitor.clone(),
-            session.handle(),
         );
-        let (mut warned, mut warned_renew, mut monitoring) = (false, false, false);
+        let mut warned = false;
         Box::new(move || {
-            let renewing = renewer.start_renewing();
-            if let Err(e) = &renewing {
-                if !std::mem::replace(&mut warned_renew, true) {
-                    ui::warn(format_args!(
-                        "cannot start the renew thread ({e}); until it starts, the claim is not confirmed and the command is stopped at its deadline; trying again every second"
-                    ));
-                }
-            }
-            if monitoring {
-                return renewing.is_ok();
-            }
             let tx = tx.clone();
             let report: crate::claim::LossReport = Arc::new(move |reason| {
                 let _ = tx.send(Event::Lost(reason));
@@ -289,8 +276,7 @@ fn hold_guarded(
                     ));
                 }
             }
-            monitoring = started.is_ok();
-            monitoring && renewing.is_ok()
+            started.is_ok()
         })
     };
     let mut later: supervise::Later = Some((started + MONITOR_DELAY, start_monitor));
@@ -301,18 +287,11 @@ fn hold_guarded(
 
     let (outcome, group_gone) =
         supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop, &mut later);
-    // Still holding after the command (survivors, --min-hold): renew and watch the claim
-    // meanwhile (tried again while survivors are waited for, if a thread could not start).
-    let mut not_started = later.take().map(|(_, start)| start);
-    let mut start_threads = move || {
-        if let Some(start) = &mut not_started {
-            if start() {
-                not_started = None;
-            }
+    // Still holding after the command (survivors, --min-hold): watch the claim meanwhile.
+    if let Some((_, mut start_monitor)) = later.take() {
+        if !group_gone || spec.min_hold.is_some() {
+            start_monitor();
         }
-    };
-    if !group_gone || spec.min_hold.is_some() {
-        start_threads();
     }
     let pgid = child.pid();
     child.finish();
@@ -323,7 +302,7 @@ fn hold_guarded(
             "processes of group {pgid} survive SIGKILL (or may not be signalled); keeping {} (session {session_id}) until they are gone, so that no other holder starts beside them",
             claim.describe()
         ));
-        if let Some(reason) = wait_survivors(&session, &child, &mut start_threads) {
+        if let Some(reason) = wait_survivors(&session, &child) {
             ui::error(format_args!(
                 "{reason}: {} may pass to another holder while processes of group {pgid} still run",
                 claim.describe()
@@ -487,13 +466,8 @@ fn min_hold(
 
 /// Waits while processes of the command survive (in its group, or escaped from it), the
 /// session renewing meanwhile. `Some(reason)` if the session is lost first.
-fn wait_survivors(
-    session: &Session,
-    child: &Child,
-    start_threads: &mut dyn FnMut(),
-) -> Option<String> {
+fn wait_survivors(session: &Session, child: &Child) -> Option<String> {
     loop {
-        start_threads();
         if !child.alive() {
             return None;
         }

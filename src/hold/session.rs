@@ -11,6 +11,7 @@
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::guardian::Guardian;
@@ -93,15 +94,11 @@ impl SessionRef {
             .id
             .clone()
     }
-
-    /// Starts the renew thread if it is not running (see `Session::start_renewing`).
-    pub fn start_renewing(&self) -> std::io::Result<()> {
-        start_worker(&self.0)
-    }
 }
 
 pub struct Session {
     shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
 }
 
 struct Shared {
@@ -110,8 +107,6 @@ struct Shared {
     spec: SessionSpec,
     state: Mutex<State>,
     wake: Condvar,
-    /// Whether the renew thread was started.
-    worker: Mutex<bool>,
 }
 
 struct State {
@@ -137,10 +132,9 @@ struct State {
 pub type DeadlineHook = Box<dyn Fn(BootInstant) + Send>;
 
 impl Session {
-    /// Creates the session and, with `renew`, starts the thread that renews it.
+    /// Creates the session and starts renewing it.
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
-    /// With `renew` false, renewals wait for `resume_renewing`, and the thread for
-    /// `start_renewing`.
+    /// With `renew` false, renewals wait for `resume_renewing`.
     pub fn create(
         client: &Client,
         spec: SessionSpec,
@@ -177,20 +171,16 @@ impl Session {
                 on_confirmed: None,
             }),
             wake: Condvar::new(),
-            worker: Mutex::new(false),
         });
-        if renew {
-            start_worker(&shared).expect("spawn renew thread");
-        }
-        Ok(Session { shared })
-    }
-
-    /// Starts the thread that renews the session and confirms the claim, if it is not
-    /// running. A lock waiter renews nothing, so a hold starts it a little after the
-    /// command (with the monitor): a command that ends sooner costs no thread for it.
-    /// Until it runs, the deadline stays where the acquisition put it.
-    pub fn start_renewing(&self) -> std::io::Result<()> {
-        start_worker(&self.shared)
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("renew".into())
+            .spawn(move || renew_loop(&worker))
+            .expect("spawn renew thread");
+        Ok(Session {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     pub fn id(&self) -> String {
@@ -338,8 +328,9 @@ impl Session {
             s.stop = true;
             s.id.clone()
         };
-        // The thread may sit in a renew call; it exits when that returns.
         self.shared.wake.notify_all();
+        // The thread may sit in a renew call; it exits when that returns.
+        drop(self.thread.take());
         id
     }
 
@@ -406,18 +397,6 @@ fn set_lost(s: &mut State, reason: String) {
         let _ = tx.send(Event::Lost(reason.clone()));
     }
     s.lost = Some(reason);
-}
-
-fn start_worker(shared: &Arc<Shared>) -> std::io::Result<()> {
-    let mut started = shared.worker.lock().unwrap_or_else(|p| p.into_inner());
-    if !*started {
-        let worker = shared.clone();
-        std::thread::Builder::new()
-            .name("renew".into())
-            .spawn(move || renew_loop(&worker))?;
-        *started = true;
-    }
-    Ok(())
 }
 
 enum Job {

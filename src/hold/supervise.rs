@@ -643,16 +643,7 @@ pub fn supervise(
             }
         }
     }
-    // Stopping leftovers can take the grace and more: what `later` starts (renewals and
-    // confirmations among them) must run meanwhile.
-    let mut start_later = || {
-        if let Some((_, run)) = later {
-            if run() {
-                *later = None;
-            }
-        }
-    };
-    let gone = stop_leftovers(child, policy, kill_at, &mut stopped, &mut start_later);
+    let gone = stop_leftovers(child, policy, kill_at, &mut stopped);
     let outcome = match lost {
         Some(reason) => Outcome::Lost(reason),
         None if timed_out => Outcome::MaxTime,
@@ -669,12 +660,10 @@ fn stop_leftovers(
     policy: StopPolicy,
     kill_at: Option<Instant>,
     stopped: &mut HashSet<(i32, u64)>,
-    on_leftovers: &mut dyn FnMut(),
 ) -> bool {
     if !child.alive() {
         return true;
     }
-    on_leftovers();
     ui::verbose(format_args!(
         "processes of the command remain (group {}); stopping them",
         child.pid
