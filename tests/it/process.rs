@@ -640,3 +640,61 @@ fn an_escapee_hidden_by_hidepid_is_stopped() {
         "the hidden escaped process outlived conlock run (it was released beside it)"
     );
 }
+
+/// A command that uses up its user's process limit (a `make -j` at `ulimit -u`, a cgroup
+/// `pids.max`) must not cost the lock: the threads that renew and confirm the claim exist
+/// before it starts. A renew thread started lazily, after the command, could not start
+/// here, and the command was stopped as lost (exit 124) at the first deadline.
+#[test]
+fn a_command_that_uses_up_the_process_limit_keeps_the_lock() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped a_command_that_uses_up_the_process_limit_keeps_the_lock: needs root");
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!(
+            "skipped a_command_that_uses_up_the_process_limit_keeps_the_lock: no /usr/bin/python3"
+        );
+        return;
+    }
+    // A uid of its own: the limit counts every task of the user, other tests' included.
+    const UID: u32 = 64999;
+    let server = start_server();
+    // Forks sleepers until fork fails; they outlive several deadline windows (800 ms).
+    let filler = "import os, time\n\
+                  kids = []\n\
+                  while len(kids) < 500:\n\
+                  \x20   try:\n\
+                  \x20       pid = os.fork()\n\
+                  \x20   except OSError:\n\
+                  \x20       break\n\
+                  \x20   if pid == 0:\n\
+                  \x20       time.sleep(4)\n\
+                  \x20       os._exit(0)\n\
+                  \x20   kids.append(pid)\n\
+                  assert 0 < len(kids) < 500, len(kids)\n\
+                  for k in kids:\n\
+                  \x20   os.waitpid(k, 0)\n";
+    let mut cmd = conlock(&server);
+    cmd.args(["run", "--key", "nproc", "--ttl", "10s"])
+        .args(["--lock-delay", "2s", "--kill-grace", "1s"])
+        .args(["--", "/usr/bin/python3", "-c", filler])
+        .uid(UID)
+        .gid(UID)
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 40,
+                rlim_max: 40,
+            };
+            libc::setrlimit(libc::RLIMIT_NPROC, &lim);
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("lost"), "{err}");
+}
