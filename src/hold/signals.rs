@@ -39,6 +39,7 @@ fn set() -> libc::sigset_t {
 /// Blocks `set()` in the calling thread and in every thread it starts from now on. Called
 /// first thing in a hold, while conlock has one thread: a signal that arrives before the
 /// signal thread runs then waits for it (pending) instead of taking its default action.
+/// Later calls only return the set.
 pub(super) fn block() -> libc::sigset_t {
     let mut blocked = BLOCKED.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(set) = *blocked {

@@ -220,12 +220,10 @@ impl Child {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
-        // A SIGCHLD ignored by whoever started us is inherited through exec; then the
-        // kernel reaps our children itself, the signal thread never sees the child end,
-        // and we would hold the lock forever after it ended. The child keeps what it
-        // would have inherited.
-        let sigchld_ignored = super::signals::sigchld_was_ignored()
-            || unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) == libc::SIG_IGN };
+        // A SIGCHLD ignored by whoever started us (inherited through exec) was set to the
+        // default when the hold began (`signals::block`); the child keeps what it would
+        // have inherited.
+        let sigchld_ignored = super::signals::sigchld_was_ignored();
         let terminal = foreground_terminal();
         let parent = std::process::id() as libc::pid_t;
         // While the command owns the terminal, conlock is a background process there: a
