@@ -162,6 +162,8 @@ pub struct PutOptions<'a> {
 pub struct Client {
     agent: ureq::Agent,
     cfg: Arc<ConnConfig>,
+    /// The TLS server name's pin, for a resolver of another agent (`with_own_connections`).
+    pin: Option<Pin>,
     /// Timeout of a non-blocking call.
     pub request_timeout: Duration,
     /// No call lasts past this (see `with_deadline`).
@@ -214,6 +216,7 @@ impl Client {
             });
             cfg.base_url = format!("https://{}:{port}", host_for_url(&name));
         }
+        let pin = resolver.pin.clone();
         let agent = ureq::Agent::with_parts(
             builder.build(),
             ureq::unversioned::transport::DefaultConnector::default(),
@@ -222,6 +225,7 @@ impl Client {
         Ok(Client {
             agent,
             cfg: Arc::new(cfg),
+            pin,
             request_timeout: Duration::from_secs(10),
             deadline: None,
         })
@@ -232,6 +236,24 @@ impl Client {
     pub fn with_deadline(&self, deadline: Instant) -> Client {
         Client {
             deadline: Some(deadline),
+            ..self.clone()
+        }
+    }
+
+    /// The same client with a pool of connections of its own. A blocking query on it (a
+    /// monitor's) then never holds the connection this one's next request would reuse:
+    /// the release after the command no longer waits for a new connection.
+    pub fn with_own_connections(&self) -> Client {
+        let resolver = AgentResolver {
+            cached: Mutex::new(None),
+            pin: self.pin.clone(),
+        };
+        Client {
+            agent: ureq::Agent::with_parts(
+                self.agent.config().clone(),
+                ureq::unversioned::transport::DefaultConnector::default(),
+                resolver,
+            ),
             ..self.clone()
         }
     }
@@ -712,7 +734,7 @@ struct AgentResolver {
 }
 
 /// The TLS server name (as it appears in the URL) and the agent's real address.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Pin {
     /// `name:port` as in the URL.
     name: String,

@@ -1,7 +1,7 @@
 //! Routing and the Consul endpoints (KV, sessions, agent, status), plus the
 //! dev server's own control endpoint under `/v1/conlock-dev/`.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -256,6 +256,22 @@ fn parse_opts(q: &Query) -> Result<QueryOpts, Response> {
     Ok(opts)
 }
 
+/// Counts a blocking query while it waits.
+struct Waiting<'a>(&'a AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicU64) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Runs a blocking query: `probe` gives (index to report, change stamp).
 /// Answers at once when `index` is 0 or the reported index is past it;
 /// otherwise waits until the stamp changes (and the index is past `index`)
@@ -281,6 +297,7 @@ fn block<T>(
         wait += Duration::from_nanos(util::random_u64() % jitter_range);
     }
     let deadline = Instant::now() + wait;
+    let _waiting = Waiting::new(&shared.blocking);
     loop {
         if shared.aborted(h) {
             return Err(Outcome::Drop);

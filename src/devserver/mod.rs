@@ -151,6 +151,16 @@ impl DevServer {
         self.shared.requests.load(Ordering::SeqCst)
     }
 
+    /// Blocking queries waiting for a change now.
+    pub fn blocking_count(&self) -> u64 {
+        self.shared.blocking.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections accepted (a client that reuses its connections opens few).
+    pub fn connection_count(&self) -> u64 {
+        self.shared.connections_accepted()
+    }
+
     /// Invalidates a session now, as a TTL expiry would (lock-delay
     /// applies). Returns false when there is no such session.
     pub fn expire_session(&self, id: &str) -> bool {

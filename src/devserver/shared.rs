@@ -109,6 +109,8 @@ pub struct Shared {
     next_conn: AtomicU64,
     shutdown: AtomicBool,
     pub requests: AtomicU64,
+    /// Blocking queries waiting now.
+    pub blocking: AtomicU64,
 }
 
 fn relock<T>(r: std::sync::LockResult<MutexGuard<'_, T>>) -> MutexGuard<'_, T> {
@@ -134,6 +136,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             requests: AtomicU64::new(0),
+            blocking: AtomicU64::new(0),
         }
     }
 
@@ -347,6 +350,11 @@ impl Shared {
         let h = Arc::new(ConnHandle::new(stream, agent));
         conns.insert(id, h.clone());
         Some((id, h))
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections_accepted(&self) -> u64 {
+        self.next_conn.load(Ordering::SeqCst) - 1
     }
 
     pub fn unregister(&self, id: u64) {

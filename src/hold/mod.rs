@@ -257,9 +257,11 @@ fn hold_guarded(
             let report: crate::claim::LossReport = Arc::new(move |reason| {
                 let _ = tx.send(Event::Lost(reason));
             });
+            // Its blocking queries keep a connection busy: on connections of its own,
+            // the release after the command finds the main one idle.
             let (claim, client, sid, held, stop) = (
                 claim.clone(),
-                client.clone(),
+                client.with_own_connections(),
                 sid.clone(),
                 held.clone(),
                 stop.clone(),

@@ -508,7 +508,7 @@ fn signal_while_waiting_gives_up_cleanly() {
 /// Requests of an uncontended run: session create, one transaction that takes the key
 /// and answers with it, the monitor's blocking query, one check-and-set delete, session
 /// destroy. The release must not cost a release + read + delete because the monitor has
-/// not answered yet.
+/// not answered yet, nor a new connection because the monitor's query holds one.
 #[test]
 fn uncontended_run_sends_five_requests() {
     let server = start_server();
@@ -528,9 +528,17 @@ fn uncontended_run_sends_five_requests() {
         "the monitor's query never came ({} requests)",
         server.request_count() - before
     );
+    // The monitor's query holds a connection of its own: the release and the session's
+    // destroy reuse the acquisition's, with no new connection on the release's path.
+    let connections = server.connection_count();
     std::fs::write(&go, "").unwrap();
     assert!(wait_exit(&mut kid, LONG).success());
     assert_eq!(server.request_count() - before, 5);
+    assert_eq!(
+        server.connection_count(),
+        connections,
+        "the release opened a connection"
+    );
 
     // A job that ends at once: the monitor may not have asked yet.
     let before = server.request_count();

@@ -332,3 +332,35 @@ fn waiter_whose_session_is_destroyed_waits_on_with_a_new_one() {
     assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
     assert!(ran.exists());
 }
+
+/// The monitor's two blocking queries hold connections of their own: the release and the
+/// session's destroy after the command reuse the acquisition's, with no new connection on
+/// the release's path.
+#[test]
+fn release_reuses_the_acquisitions_connection() {
+    let server = start_server();
+    let dir = scratch("semconn");
+    let go = dir.join("go");
+    let wait_go = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
+    let mut kid = conlock(&server)
+        .args([
+            "sem", "--limit", "2", "--prefix", "semconn", "--ttl", "60s", "--",
+        ])
+        .args(["sh", "-c", &wait_go])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(LONG, || server.blocking_count() >= 2),
+        "the monitor's two queries never came ({} waiting)",
+        server.blocking_count()
+    );
+    let connections = server.connection_count();
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut kid, LONG).success());
+    assert_eq!(
+        server.connection_count(),
+        connections,
+        "the release opened a connection"
+    );
+    assert!(nothing_left(&server, "semconn"));
+}

@@ -6,6 +6,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -172,6 +173,26 @@ fn tls_server_name_checks_the_certificate_name_and_sends_sni() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // A job that lasts until the monitor's blocking query is in: the monitor's own
+    // connections reach the agent by the same name.
+    let go = scratch("tls-monitor").join("go");
+    let mut kid = conlock(&server)
+        .env("CONSUL_HTTP_ADDR", &https)
+        .env("CONSUL_CACERT", fixture("ca.pem"))
+        .env("CONSUL_TLS_SERVER_NAME", "consul.test")
+        .args(["run", "--key", "tls/monitored", "--", "sh", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.01; done",
+            go.display()
+        ))
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(60), || server.blocking_count() >= 1),
+        "the monitor's query never reached the agent"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut kid, Duration::from_secs(60)).success());
     assert!(
         names.lock().unwrap().iter().all(|n| n == "consul.test")
             && !names.lock().unwrap().is_empty(),
