@@ -151,6 +151,15 @@ impl DevServer {
         self.shared.requests.load(Ordering::SeqCst)
     }
 
+    /// Connection threads started, and those waiting for a connection now (a connection
+    /// thread serves one connection after another).
+    pub fn connection_threads(&self) -> (u64, usize) {
+        (
+            self.shared.conn_threads.load(Ordering::SeqCst),
+            self.shared.idle_threads(),
+        )
+    }
+
     /// Blocking queries waiting for a change now.
     pub fn blocking_count(&self) -> u64 {
         self.shared.blocking.load(Ordering::SeqCst)
@@ -340,12 +349,22 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
             Some(x) => x,
             None => break,
         };
+        if shared.hand_to_idle_thread(id, h.clone()) {
+            continue;
+        }
         let s = shared.clone();
         let h2 = h.clone();
+        shared.conn_threads.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
             .name("conlock-dev-conn".to_string())
             .stack_size(256 * 1024)
-            .spawn(move || http::serve_connection(s, id, h2));
+            .spawn(move || {
+                let mut next = Some((id, h2));
+                while let Some((id, h)) = next {
+                    http::serve_connection(s.clone(), id, h);
+                    next = s.next_connection();
+                }
+            });
         if spawned.is_err() {
             h.kill();
             shared.unregister(id);

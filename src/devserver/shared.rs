@@ -111,7 +111,24 @@ pub struct Shared {
     pub requests: AtomicU64,
     /// Blocking queries waiting now.
     pub blocking: AtomicU64,
+    /// Connection threads waiting for another connection, and what was handed to them.
+    idle: Mutex<Idle>,
+    idle_cv: Condvar,
+    /// Connection threads started so far.
+    pub conn_threads: AtomicU64,
 }
+
+/// Connection threads between connections: a new connection goes to one of them instead
+/// of a new thread (a thread start was on the path of every client's first request).
+#[derive(Debug, Default)]
+struct Idle {
+    /// Threads waiting; never fewer than `handed.len()`.
+    waiting: usize,
+    handed: std::collections::VecDeque<(u64, Arc<ConnHandle>)>,
+}
+
+/// How long a connection thread waits for another connection before it ends.
+const IDLE_THREAD_WAIT: Duration = Duration::from_secs(30);
 
 fn relock<T>(r: std::sync::LockResult<MutexGuard<'_, T>>) -> MutexGuard<'_, T> {
     r.unwrap_or_else(|e| e.into_inner())
@@ -137,6 +154,9 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             blocking: AtomicU64::new(0),
+            idle: Mutex::new(Idle::default()),
+            idle_cv: Condvar::new(),
+            conn_threads: AtomicU64::new(0),
         }
     }
 
@@ -352,6 +372,49 @@ impl Shared {
         Some((id, h))
     }
 
+    /// Gives a registered connection to a waiting connection thread; false if none waits.
+    pub fn hand_to_idle_thread(&self, id: u64, h: Arc<ConnHandle>) -> bool {
+        let mut idle = relock(self.idle.lock());
+        if idle.waiting <= idle.handed.len() {
+            return false;
+        }
+        idle.handed.push_back((id, h));
+        drop(idle);
+        self.idle_cv.notify_one();
+        true
+    }
+
+    /// Connection threads waiting for a connection now.
+    pub fn idle_threads(&self) -> usize {
+        let idle = relock(self.idle.lock());
+        idle.waiting - idle.handed.len()
+    }
+
+    /// Called by a connection thread after its connection: the next one handed to it, or
+    /// `None` once it waited `IDLE_THREAD_WAIT` for nothing or the server shuts down.
+    pub fn next_connection(&self) -> Option<(u64, Arc<ConnHandle>)> {
+        let mut idle = relock(self.idle.lock());
+        idle.waiting += 1;
+        let until = Instant::now() + IDLE_THREAD_WAIT;
+        loop {
+            // Even while shutting down: a connection handed over is served (it is closed
+            // at once) so that it leaves the registry.
+            if let Some(next) = idle.handed.pop_front() {
+                idle.waiting -= 1;
+                return Some(next);
+            }
+            let now = Instant::now();
+            if self.is_shutdown() || now >= until {
+                idle.waiting -= 1;
+                return None;
+            }
+            idle = match self.idle_cv.wait_timeout(idle, until - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+
     /// TCP connections accepted so far.
     pub fn connections_accepted(&self) -> u64 {
         self.next_conn.load(Ordering::SeqCst) - 1
@@ -375,6 +438,8 @@ impl Shared {
         self.notify_changed();
         drop(relock(self.faults.lock()));
         self.fault_cv.notify_all();
+        drop(relock(self.idle.lock()));
+        self.idle_cv.notify_all();
     }
 
     /// Waits (bounded) until every connection thread has finished.

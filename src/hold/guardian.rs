@@ -58,6 +58,9 @@ pub fn prefork() {
 /// conlock's end of the pipe.
 pub struct Guardian {
     pipe: Mutex<Option<File>>,
+    /// The connection settings, until they go out with the first session: without a
+    /// session the guardian has nothing to clean up, and one write wakes it once.
+    conn: Mutex<Option<Vec<u8>>>,
     /// A deadline not written yet (0: none): sent with the next message.
     pending_deadline: AtomicU64,
 }
@@ -75,16 +78,18 @@ impl Guardian {
         };
         // Never block a renewal on a guardian that does not read (it may be stopped).
         set_nonblocking(pipe.as_raw_fd());
-        let g = Arc::new(Guardian {
+        Some(Arc::new(Guardian {
             pipe: Mutex::new(Some(pipe)),
+            conn: Mutex::new(Some(line(&Msg::Conn(Box::new(conn.clone()))))),
             pending_deadline: AtomicU64::new(0),
-        });
-        g.send(&Msg::Conn(Box::new(conn.clone())));
-        Some(g)
+        }))
     }
 
     pub fn session(&self, id: &str, ttl: Duration) {
-        self.send(&Msg::Session(id.to_string(), ttl.as_millis() as u64));
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut lines = conn.unwrap_or_default();
+        lines.extend(line(&Msg::Session(id.to_string(), ttl.as_millis() as u64)));
+        self.send_lines(&lines);
     }
 
     pub fn process_group(&self, pgid: i32) {
@@ -130,9 +135,13 @@ impl Guardian {
     }
 
     fn send(&self, msg: &Msg) {
+        self.send_lines(&line(msg));
+    }
+
+    fn send_lines(&self, lines: &[u8]) {
         let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = pipe.as_mut() {
-            if write_all_waiting(p, &line(msg)).is_err() {
+            if write_all_waiting(p, lines).is_err() {
                 gone_warning(&mut pipe);
                 return;
             }

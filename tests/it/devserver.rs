@@ -1260,6 +1260,36 @@ fn acl_token_is_required() {
     assert_eq!(get(a, "/v1/conlock-dev/stats").status, 200);
 }
 
+/// A connection thread serves one connection after another: connections one at a time
+/// need one thread, and a second thread starts only for a connection while the first is
+/// busy. Each connection is answered.
+#[test]
+fn connection_threads_serve_one_connection_after_another() {
+    let server = start_server();
+    let a = server.addr();
+    for i in 0..5 {
+        assert_eq!(get(a, "/v1/status/leader").status, 200, "connection {i}");
+        // The thread is back waiting before the next connection comes.
+        assert!(
+            wait_until(Duration::from_secs(30), || server.connection_threads().1
+                == 1),
+            "no thread waits after connection {i}: {:?}",
+            server.connection_threads()
+        );
+    }
+    assert_eq!(server.connection_threads(), (1, 1));
+    // A held blocking query keeps its thread busy: the next connection gets another.
+    let index = get(a, "/v1/kv/held").index();
+    let held = std::thread::spawn(move || get(a, &format!("/v1/kv/held?index={index}")));
+    assert!(wait_until(Duration::from_secs(30), || server
+        .blocking_count()
+        == 1));
+    assert_eq!(server.connection_threads(), (1, 0));
+    assert_eq!(put(a, "/v1/kv/held", b"x").status, 200);
+    assert_eq!(held.join().unwrap().status, 200);
+    assert_eq!(server.connection_threads().0, 2);
+}
+
 #[test]
 fn stats_and_request_count_exclude_the_control_endpoint() {
     let server = start_server();
