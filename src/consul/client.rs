@@ -161,9 +161,13 @@ pub struct PutOptions<'a> {
 #[derive(Debug, Clone)]
 pub struct Client {
     agent: ureq::Agent,
+    /// The settings as given (what `config()` hands on, e.g. to the guardian).
     cfg: Arc<ConnConfig>,
-    /// The TLS server name's pin, for a resolver of another agent (`with_own_connections`).
-    pin: Option<Pin>,
+    /// Where requests go: `cfg.base_url`, or with a TLS server name that name (the
+    /// resolver connects to the real address).
+    base_url: Arc<str>,
+    /// The agent's resolver, shared with `with_own_connections`' agents (one name cache).
+    resolver: AgentResolver,
     /// Timeout of a non-blocking call.
     pub request_timeout: Duration,
     /// No call lasts past this (see `with_deadline`).
@@ -200,8 +204,8 @@ impl Client {
         if cfg.is_loopback() {
             builder = builder.proxy(None);
         }
-        let mut cfg = cfg;
         let mut resolver = AgentResolver::default();
+        let mut base_url = cfg.base_url.clone();
         if let (true, Some(name)) = (cfg.is_https(), cfg.tls.server_name.clone()) {
             // rustls takes the name to send (SNI) and to verify from the URL's host, so
             // the URL names the server and the resolver connects to the real address.
@@ -210,22 +214,22 @@ impl Client {
                 .rsplit_once(':')
                 .map_or("8501", |(_, p)| p)
                 .to_string();
-            resolver.pin = Some(Pin {
+            resolver.pin = Some(Arc::new(Pin {
                 name: format!("{}:{port}", host_for_url(&name)),
                 real: cfg.base_url.clone(),
-            });
-            cfg.base_url = format!("https://{}:{port}", host_for_url(&name));
+            }));
+            base_url = format!("https://{}:{port}", host_for_url(&name));
         }
-        let pin = resolver.pin.clone();
         let agent = ureq::Agent::with_parts(
             builder.build(),
             ureq::unversioned::transport::DefaultConnector::default(),
-            resolver,
+            resolver.clone(),
         );
         Ok(Client {
             agent,
             cfg: Arc::new(cfg),
-            pin,
+            base_url: base_url.into(),
+            resolver,
             request_timeout: Duration::from_secs(10),
             deadline: None,
         })
@@ -244,15 +248,11 @@ impl Client {
     /// monitor's) then never holds the connection this one's next request would reuse:
     /// the release after the command no longer waits for a new connection.
     pub fn with_own_connections(&self) -> Client {
-        let resolver = AgentResolver {
-            cached: Mutex::new(None),
-            pin: self.pin.clone(),
-        };
         Client {
             agent: ureq::Agent::with_parts(
                 self.agent.config().clone(),
                 ureq::unversioned::transport::DefaultConnector::default(),
-                resolver,
+                self.resolver.clone(),
             ),
             ..self.clone()
         }
@@ -686,7 +686,7 @@ impl Client {
     }
 
     fn url(&self, path: &str, params: &[(&str, &str)]) -> String {
-        let mut url = format!("{}{}", self.cfg.base_url, path);
+        let mut url = format!("{}{}", self.base_url, path);
         let mut sep = '?';
         let extra = [
             ("dc", self.cfg.datacenter.as_deref()),
@@ -726,15 +726,16 @@ const NAME_CACHE: Duration = Duration::from_secs(30);
 /// for an IP literal. The agent address is nearly always a literal or `localhost`: those
 /// need no lookup at all; other names are looked up (bounded by the timeout) and reused
 /// for `NAME_CACHE`, so DNS changes are still followed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct AgentResolver {
-    cached: Mutex<Option<(String, Instant, ResolvedSocketAddrs)>>,
+    /// Shared by the clones (a client's agents): one lookup serves them all.
+    cached: Arc<Mutex<Option<(String, Instant, ResolvedSocketAddrs)>>>,
     /// With a TLS server name: the URL names that server, this is where it really is.
-    pin: Option<Pin>,
+    pin: Option<Arc<Pin>>,
 }
 
 /// The TLS server name (as it appears in the URL) and the agent's real address.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Pin {
     /// `name:port` as in the URL.
     name: String,
@@ -974,6 +975,47 @@ fn build_tls(cfg: &ConnConfig) -> Result<ureq::tls::TlsConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The monitor's agent (other connections) resolves the agent's name through the same
+    /// cache as the main one: no second lookup (and no lookup thread) when it starts.
+    #[test]
+    fn own_connections_share_the_name_cache() {
+        let flags = crate::consul::ConnFlags {
+            http_addr: Some("consul.example:8500".into()),
+            ..Default::default()
+        };
+        let a = Client::new(ConnConfig::resolve(&flags, &|_| None).unwrap()).unwrap();
+        let b = a.with_own_connections();
+        assert!(Arc::ptr_eq(&a.resolver.cached, &b.resolver.cached));
+        *a.resolver.cached.lock().unwrap() = Some((
+            "http://consul.example:8500".into(),
+            Instant::now(),
+            a.resolver.empty(),
+        ));
+        assert!(b.resolver.cached.lock().unwrap().is_some());
+        assert_eq!(&*b.base_url, "http://consul.example:8500");
+    }
+
+    /// With a TLS server name the requests name that server, but `config()` stays as
+    /// given: a client built from it (the guardian's) reaches the real address again.
+    #[test]
+    fn config_keeps_the_address_given_with_a_tls_server_name() {
+        let flags = crate::consul::ConnFlags {
+            http_addr: Some("https://127.0.0.1:8501".into()),
+            tls_server_name: Some("consul.test".into()),
+            ..Default::default()
+        };
+        let a = Client::new(ConnConfig::resolve(&flags, &|_| None).unwrap()).unwrap();
+        assert_eq!(&*a.base_url, "https://consul.test:8501");
+        assert_eq!(a.config().base_url, "https://127.0.0.1:8501");
+        let again = Client::new(a.config().clone()).unwrap();
+        assert_eq!(&*again.base_url, "https://consul.test:8501");
+        let pin = again.resolver.pin.as_ref().unwrap();
+        assert_eq!(
+            (pin.name.as_str(), pin.real.as_str()),
+            ("consul.test:8501", "https://127.0.0.1:8501")
+        );
+    }
 
     #[test]
     fn index_rules() {

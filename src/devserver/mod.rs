@@ -354,6 +354,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
         }
         let s = shared.clone();
         let h2 = h.clone();
+        // Counted before it starts, so that it is counted by the time it serves.
         shared.conn_threads.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
             .name("conlock-dev-conn".to_string())
@@ -366,6 +367,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
                 }
             });
         if spawned.is_err() {
+            shared.conn_threads.fetch_sub(1, Ordering::SeqCst);
             h.kill();
             shared.unregister(id);
         }

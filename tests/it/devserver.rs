@@ -1280,6 +1280,10 @@ fn connection_threads_serve_one_connection_after_another() {
     assert_eq!(server.connection_threads(), (1, 1));
     // A held blocking query keeps its thread busy: the next connection gets another.
     let index = get(a, "/v1/kv/held").index();
+    assert!(wait_until(Duration::from_secs(30), || server
+        .connection_threads()
+        .1
+        == 1));
     let held = std::thread::spawn(move || get(a, &format!("/v1/kv/held?index={index}")));
     assert!(wait_until(Duration::from_secs(30), || server
         .blocking_count()

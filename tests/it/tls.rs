@@ -207,3 +207,57 @@ fn tls_server_name_checks_the_certificate_name_and_sends_sni() {
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not valid for name"));
 }
+
+/// conlock SIGKILLed while it holds over TLS with a server name: its guardian releases the
+/// lock at once. The guardian builds its client from the settings conlock was given; it
+/// was handed the URL already rewritten to the server name, whose resolver then looked up
+/// that name (consul.test does not resolve) and the lock waited for the TTL and lock-delay.
+#[test]
+fn guardian_releases_over_tls_with_a_server_name() {
+    let server = start_server();
+    let (front, _) = tls_front(server.addr());
+    let dir = scratch("tls-guardian");
+    let pidfile = dir.join("pid");
+    let mut h = conlock(&server)
+        .env("CONSUL_HTTP_ADDR", format!("https://{front}"))
+        .env("CONSUL_CACERT", fixture("ca.pem"))
+        .env("CONSUL_TLS_SERVER_NAME", "consul.test")
+        .args([
+            "run",
+            "--key",
+            "tls/guarded",
+            "--ttl",
+            "3600s",
+            "--lock-delay",
+            "60s",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 600", pidfile.display()))
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(
+        wait_for(Duration::from_secs(60), || read(&pidfile)
+            .trim()
+            .parse::<i32>()
+            .is_ok()),
+        "the command never started"
+    );
+    let child: i32 = read(&pidfile).trim().parse().unwrap();
+    assert!(holder(&c, "tls/guarded").is_some());
+    signal(h.id(), libc::SIGKILL);
+    wait_exit(&mut h, Duration::from_secs(60));
+    assert!(
+        wait_for(Duration::from_secs(60), || !process_alive(child)),
+        "the command survived conlock's SIGKILL"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || holder(&c, "tls/guarded")
+            .is_none()
+            && c.session_list(conlock::consul::QueryOptions::default())
+                .unwrap()
+                .0
+                .is_empty()),
+        "the guardian did not release the lock and destroy the session"
+    );
+}
