@@ -126,7 +126,11 @@ fn hold_guarded(
     if let Some(g) = guardian {
         g.claim(claim.spec());
     }
-    match session.resume_renewing() {
+    let confirm = {
+        let claim = claim.clone();
+        Box::new(move |client: &Client, sid: &str| claim.confirm(client, sid))
+    };
+    match session.start_holding(held.confirmed_at, confirm) {
         Ok(true) => {}
         Ok(false) | Err(_) => {
             claim.release(client, &session_id);
@@ -136,13 +140,6 @@ fn hold_guarded(
                 claim.describe()
             )));
         }
-    }
-    {
-        let claim = claim.clone();
-        session.start_confirming(
-            held.confirmed_at,
-            Box::new(move |client, sid| claim.confirm(client, sid)),
-        );
     }
     ui::verbose(format_args!(
         "acquired {} (LockIndex {}, fencing token {})",

@@ -134,7 +134,7 @@ pub type DeadlineHook = Box<dyn Fn(BootInstant) + Send>;
 impl Session {
     /// Creates the session and starts renewing it.
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
-    /// With `renew` false, renewals wait for `resume_renewing`.
+    /// With `renew` false, renewals wait for `start_holding`.
     pub fn create(
         client: &Client,
         spec: SessionSpec,
@@ -207,19 +207,6 @@ impl Session {
         deadline(&self.state(), &self.shared.spec)
     }
 
-    /// Holding from now on: `confirmed_at` is when the read that showed us holding was
-    /// sent; `confirm` repeats it every `SessionSpec::confirm_every`.
-    pub fn start_confirming(&self, confirmed_at: BootInstant, confirm: ConfirmFn) {
-        let mut s = self.state();
-        s.confirmed_at = Some(confirmed_at);
-        s.confirm = Some(confirm);
-        if let Some(hook) = &s.on_confirmed {
-            hook(deadline(&s, &self.shared.spec));
-        }
-        drop(s);
-        self.shared.wake.notify_all();
-    }
-
     /// Calls `hook` with the deadline now and after every confirmation that moves it.
     pub fn on_confirmed(&self, hook: DeadlineHook) {
         let mut s = self.state();
@@ -241,9 +228,16 @@ impl Session {
         s.on_lost = Some(tx);
     }
 
-    /// Starts (or keeps) renewing. If the last confirmation is older than TTL/2, renews
-    /// at once so that `deadline()` is fresh. `Ok(false)`: Consul no longer knows the session.
-    pub fn resume_renewing(&self) -> Result<bool, ConsulError> {
+    /// Holding from now on: renews (at once if the last renewal is older than TTL/2, so
+    /// that `deadline()` is fresh) and confirms the claim with `confirm` every
+    /// `SessionSpec::confirm_every`, the first time `confirm_every` after `confirmed_at`
+    /// (when the read that showed us holding was sent). The renew thread is woken once.
+    /// `Ok(false)`: Consul no longer knows the session.
+    pub fn start_holding(
+        &self,
+        confirmed_at: BootInstant,
+        confirm: ConfirmFn,
+    ) -> Result<bool, ConsulError> {
         let (id, stale) = {
             let s = self.state();
             (
@@ -271,7 +265,14 @@ impl Session {
                 }
             }
         }
-        self.state().paused = false;
+        let mut s = self.state();
+        s.paused = false;
+        s.confirmed_at = Some(confirmed_at);
+        s.confirm = Some(confirm);
+        if let Some(hook) = &s.on_confirmed {
+            hook(deadline(&s, &self.shared.spec));
+        }
+        drop(s);
         self.shared.wake.notify_all();
         Ok(true)
     }
@@ -428,7 +429,7 @@ fn renew_loop(shared: &Shared) {
                     return;
                 }
                 let now = Instant::now();
-                // A renewal made elsewhere (`resume_renewing`) counts too: without this
+                // A renewal made elsewhere (`start_holding`) counts too: without this
                 // a waiter that acquired after a long wait renewed twice in a row.
                 let due = (s.renewed_at + ttl / 2).to_instant();
                 if s.paused || due > next {

@@ -16,6 +16,10 @@ static SIGCHLD_IGNORED: AtomicBool = AtomicBool::new(false);
 /// The command (its pid) and where its end goes, once it has started.
 static COMMAND: Mutex<Option<(i32, Sender<Event>)>> = Mutex::new(None);
 
+/// A SIGCHLD was taken before the command was known (written under `COMMAND`'s lock):
+/// the command may have ended then, so `watch_command` must have the children looked at.
+static MISSED: AtomicBool = AtomicBool::new(false);
+
 /// The set `block` blocked.
 static BLOCKED: Mutex<Option<libc::sigset_t>> = Mutex::new(None);
 
@@ -77,10 +81,18 @@ pub(super) fn wait(set: &libc::sigset_t) -> i32 {
 /// From now on the signal thread reaps and reports `pid`'s end (and its stops on terminal
 /// signals) to `events`. Until then it reaps nothing, so that the spawn can wait for a
 /// child whose exec failed, and tell the guardian before that pid is freed.
-pub(super) fn watch_command(pid: i32, events: Sender<Event>) {
-    *COMMAND.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, events));
-    // The command may have ended already (its SIGCHLD taken meanwhile): look now.
-    unsafe { libc::kill(libc::getpid(), libc::SIGCHLD) };
+/// Returns whether it had the signal thread look at once.
+pub(super) fn watch_command(pid: i32, events: Sender<Event>) -> bool {
+    let mut command = COMMAND.lock().unwrap_or_else(|p| p.into_inner());
+    *command = Some((pid, events));
+    let missed = MISSED.swap(false, Ordering::SeqCst);
+    drop(command);
+    // The command may have ended already (its SIGCHLD taken meanwhile): look now. A
+    // SIGCHLD taken from here on finds the command; one still pending will too.
+    if missed {
+        unsafe { libc::kill(libc::getpid(), libc::SIGCHLD) };
+    }
+    missed
 }
 
 /// Reaps every child that has ended (we are a subreaper), reporting the command's end and
@@ -88,6 +100,7 @@ pub(super) fn watch_command(pid: i32, events: Sender<Event>) {
 pub(super) fn reap_ready() {
     let command = COMMAND.lock().unwrap_or_else(|p| p.into_inner());
     let Some((pid, events)) = command.as_ref() else {
+        MISSED.store(true, Ordering::SeqCst);
         return;
     };
     loop {
@@ -115,5 +128,27 @@ pub(super) fn reap_ready() {
             supervise::record_child_signal(sig);
             let _ = events.send(Event::ChildExited(128 + sig));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `watch_command` has the children looked at only if a SIGCHLD was taken before the
+    /// command was known (it may have been the command's).
+    #[test]
+    fn watch_command_looks_at_once_only_after_a_missed_sigchld() {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        // No SIGCHLD taken meanwhile: nothing to look at.
+        MISSED.store(false, Ordering::SeqCst);
+        assert!(!watch_command(-1, tx.clone()));
+        *COMMAND.lock().unwrap() = None;
+        // One taken while no command was known.
+        reap_ready();
+        assert!(MISSED.load(Ordering::SeqCst));
+        assert!(watch_command(-1, tx));
+        assert!(!MISSED.load(Ordering::SeqCst));
+        *COMMAND.lock().unwrap() = None;
     }
 }
