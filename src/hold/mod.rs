@@ -52,7 +52,8 @@ enum Phase {
     Holding(Sender<Event>),
 }
 
-/// Runs the whole life cycle and returns the exit code.
+/// Runs the whole life cycle and returns the exit code. Once per process: the signal
+/// thread, the guardian and the command the signal thread reaps for are process-wide.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     // A guardian forked here (none was at start) gets the signal mask conlock started with.
     let guardian = Guardian::start(client.config());
