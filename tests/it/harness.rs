@@ -186,6 +186,11 @@ pub fn logged_job(log: &Path, body: &str) -> String {
     )
 }
 
+/// A shell snippet that runs until `go` exists (the test creates it to end the job).
+pub fn until_exists(go: &Path) -> String {
+    format!("while [ ! -e {} ]; do sleep 0.01; done", go.display())
+}
+
 /// Kills (and reaps) a child when dropped, so a failing test leaves no process behind.
 pub struct KillOnDrop(pub Child);
 

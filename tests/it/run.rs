@@ -514,7 +514,7 @@ fn uncontended_run_sends_five_requests() {
     let server = start_server();
     let dir = scratch("requests");
     let go = dir.join("go");
-    let wait_go = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
+    let wait_go = until_exists(&go);
     let before = server.request_count();
     let mut kid = conlock(&server)
         .args(["run", "--key", "jobs/count", "--ttl", "60s", "--"])

@@ -341,7 +341,7 @@ fn release_reuses_the_acquisitions_connection() {
     let server = start_server();
     let dir = scratch("semconn");
     let go = dir.join("go");
-    let wait_go = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
+    let wait_go = until_exists(&go);
     let mut kid = conlock(&server)
         .args([
             "sem", "--limit", "2", "--prefix", "semconn", "--ttl", "60s", "--",

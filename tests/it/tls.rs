@@ -181,10 +181,7 @@ fn tls_server_name_checks_the_certificate_name_and_sends_sni() {
         .env("CONSUL_CACERT", fixture("ca.pem"))
         .env("CONSUL_TLS_SERVER_NAME", "consul.test")
         .args(["run", "--key", "tls/monitored", "--", "sh", "-c"])
-        .arg(format!(
-            "while [ ! -e {} ]; do sleep 0.01; done",
-            go.display()
-        ))
+        .arg(until_exists(&go))
         .spawn()
         .unwrap();
     assert!(
