@@ -9,6 +9,7 @@ mod signals;
 mod spawn;
 pub mod supervise;
 
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -84,7 +85,7 @@ fn hold_guarded(
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
-    let session = Session::create(
+    let mut session = Session::create(
         client,
         spec.session.clone(),
         guardian.cloned(),
@@ -332,6 +333,11 @@ fn hold_guarded(
         (o, _) => o,
     };
     stop_monitor.store(true, Ordering::SeqCst);
+    // Nothing is left to supervise or renew for (the session outlives the bounded cleanup
+    // by its TTL): the signal and renew threads end now, while the release waits on the
+    // network. An exit waits for every thread, and each idle one costs a wake-up then.
+    session.stop_renewing();
+    signals::end_thread();
     // The whole process group is gone: now the claim may go. Bounded in total, so an
     // agent that stopped answering does not keep us (and whoever waits for our exit).
     let cleanup_end = Instant::now() + CLEANUP_BUDGET;
@@ -488,10 +494,13 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     // command like sudo does; conlock stops when the command does. Stopping conlock alone
     // would leave the command running unsupervised with nobody renewing the session.
     let set = signals::block();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
             let sig = signals::wait(&set);
+            if signals::ending() {
+                return;
+            }
             if sig == libc::SIGCHLD {
                 signals::reap_ready();
                 continue;
@@ -539,5 +548,6 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
             }
         })
         .map_err(|e| Error::Other(e.into()))?;
+    signals::set_thread(thread.as_pthread_t());
     Ok(())
 }

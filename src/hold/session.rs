@@ -323,7 +323,8 @@ impl Session {
         }
     }
 
-    fn stop_renewing(&mut self) -> String {
+    /// Stops renewing (the renew thread ends at its next wake-up); returns the session ID.
+    pub fn stop_renewing(&mut self) -> String {
         let id = {
             let mut s = self.state();
             s.stop = true;

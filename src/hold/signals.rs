@@ -20,6 +20,12 @@ static COMMAND: Mutex<Option<(i32, Sender<Event>)>> = Mutex::new(None);
 /// the command may have ended then, so `watch_command` must have the children looked at.
 static MISSED: AtomicBool = AtomicBool::new(false);
 
+/// The signal thread, until `end_thread` asks it to end.
+static THREAD: Mutex<Option<libc::pthread_t>> = Mutex::new(None);
+
+/// Set by `end_thread`: the signal thread returns at its next wake-up.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
 /// The set `block` blocked.
 static BLOCKED: Mutex<Option<libc::sigset_t>> = Mutex::new(None);
 
@@ -60,6 +66,27 @@ pub(super) fn block() -> libc::sigset_t {
         *blocked = Some(set);
         set
     }
+}
+
+/// Records the signal thread, for `end_thread`.
+pub(super) fn set_thread(thread: libc::pthread_t) {
+    *THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+}
+
+/// Whether the signal thread must return now.
+pub(super) fn ending() -> bool {
+    ENDING.load(Ordering::SeqCst)
+}
+
+/// Has the signal thread end, without waiting for it. From then on no signal of the set
+/// is taken: those that come stay pending, and go with conlock's exit.
+pub(super) fn end_thread() {
+    let Some(thread) = THREAD.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        return;
+    };
+    ENDING.store(true, Ordering::SeqCst);
+    // The thread is alive: it only returns once ENDING is set, and this wakes it once.
+    unsafe { libc::pthread_kill(thread, libc::SIGCHLD) };
 }
 
 /// Whether SIGCHLD was ignored when the hold started.

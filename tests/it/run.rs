@@ -505,6 +505,54 @@ fn signal_while_waiting_gives_up_cleanly() {
     wait_exit(&mut h, LONG);
 }
 
+/// The names of `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Once the command is gone, the signal and renew threads end before the release, not
+/// at conlock's exit (an exit waits for every thread, and an idle one must be woken
+/// first): held here by a release the agent does not answer.
+#[test]
+fn signal_and_renew_threads_end_before_the_release() {
+    let server = start_server();
+    let go = scratch("threads-end").join("go");
+    // A long lock-delay spaces the confirmations: none is in flight when the agent hangs.
+    let mut kid = KillOnDrop(start_holder(
+        &server,
+        "jobs/threads",
+        &["--ttl", "60s", "--lock-delay", "60s"],
+        &until_exists(&go),
+    ));
+    let pid = kid.0.id();
+    let names = thread_names(pid);
+    assert!(
+        names.iter().any(|n| n == "signals") && names.iter().any(|n| n == "renew"),
+        "threads while holding: {names:?}"
+    );
+    server.fault(conlock::devserver::FaultMode::Hang, LONG);
+    std::fs::write(&go, "").unwrap();
+    let ended = wait_for(LONG, || {
+        let names = thread_names(pid);
+        process_alive(pid as i32) && !names.iter().any(|n| n == "signals" || n == "renew")
+    });
+    let names = thread_names(pid);
+    server.clear_fault();
+    assert!(
+        ended,
+        "the signal or renew thread lived until conlock's exit, not only until the release (conlock alive: {}, threads now: {names:?})",
+        process_alive(pid as i32)
+    );
+    assert!(wait_exit(&mut kid.0, LONG).success());
+}
+
 /// Requests of an uncontended run: session create, one transaction that takes the key
 /// and answers with it, the monitor's blocking query, one check-and-set delete, session
 /// destroy. The release must not cost a release + read + delete because the monitor has
