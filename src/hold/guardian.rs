@@ -554,7 +554,7 @@ impl Timer {
                 tv_nsec: 0,
             },
             it_value: libc::timespec {
-                tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                tv_sec: (ns / 1_000_000_000) as _,
                 // Zero would disarm it.
                 tv_nsec: ((ns % 1_000_000_000).max(1)) as libc::c_long,
             },

@@ -9,7 +9,6 @@ mod signals;
 mod spawn;
 pub mod supervise;
 
-use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -41,6 +40,20 @@ pub struct HoldSpec {
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
+/// Set by the first `hold`.
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// Refuses a second hold in one process: the signal thread, the command it reaps for and
+/// the guardian are process-wide, and the first hold ended its signal thread for good.
+fn first_hold() -> Result<()> {
+    if HELD.swap(true, Ordering::SeqCst) {
+        return Err(Error::Other(anyhow::anyhow!(
+            "a second hold in one process: conlock holds one claim per process (start another conlock)"
+        )));
+    }
+    Ok(())
+}
+
 /// Signals that end conlock while it waits, and start the grace period while it holds.
 const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
@@ -53,9 +66,11 @@ enum Phase {
     Holding(Sender<Event>),
 }
 
-/// Runs the whole life cycle and returns the exit code. Once per process: the signal
-/// thread, the guardian and the command the signal thread reaps for are process-wide.
+/// Runs the whole life cycle and returns the exit code. Once per process (a second call
+/// is an error): the signal thread, the guardian and the command the signal thread reaps
+/// for are process-wide.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
+    first_hold()?;
     // A guardian forked here (none was at start) gets the signal mask conlock started with.
     let guardian = Guardian::start(client.config());
     // Before any thread starts: every thread inherits the mask.
@@ -494,7 +509,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     // command like sudo does; conlock stops when the command does. Stopping conlock alone
     // would leave the command running unsupervised with nobody renewing the session.
     let set = signals::block();
-    let thread = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
             let sig = signals::wait(&set);
@@ -548,6 +563,19 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
             }
         })
         .map_err(|e| Error::Other(e.into()))?;
-    signals::set_thread(thread.as_pthread_t());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second hold in one process is refused: the first one ended the process-wide
+    /// signal thread, so a second would never see its command end.
+    #[test]
+    fn a_second_hold_in_one_process_is_refused() {
+        assert!(first_hold().is_ok());
+        let second = first_hold().unwrap_err().to_string();
+        assert!(second.contains("one claim per process"), "{second}");
+    }
 }

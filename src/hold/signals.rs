@@ -20,9 +20,6 @@ static COMMAND: Mutex<Option<(i32, Sender<Event>)>> = Mutex::new(None);
 /// the command may have ended then, so `watch_command` must have the children looked at.
 static MISSED: AtomicBool = AtomicBool::new(false);
 
-/// The signal thread, until `end_thread` asks it to end.
-static THREAD: Mutex<Option<libc::pthread_t>> = Mutex::new(None);
-
 /// Set by `end_thread`: the signal thread returns at its next wake-up.
 static ENDING: AtomicBool = AtomicBool::new(false);
 
@@ -68,11 +65,6 @@ pub(super) fn block() -> libc::sigset_t {
     }
 }
 
-/// Records the signal thread, for `end_thread`.
-pub(super) fn set_thread(thread: libc::pthread_t) {
-    *THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
-}
-
 /// Whether the signal thread must return now.
 pub(super) fn ending() -> bool {
     ENDING.load(Ordering::SeqCst)
@@ -81,12 +73,10 @@ pub(super) fn ending() -> bool {
 /// Has the signal thread end, without waiting for it. From then on no signal of the set
 /// is taken: those that come stay pending, and go with conlock's exit.
 pub(super) fn end_thread() {
-    let Some(thread) = THREAD.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-        return;
-    };
     ENDING.store(true, Ordering::SeqCst);
-    // The thread is alive: it only returns once ENDING is set, and this wakes it once.
-    unsafe { libc::pthread_kill(thread, libc::SIGCHLD) };
+    // To the process, not the thread: no other thread waits for SIGCHLD, and a thread ID
+    // would be stale if a signal that came meanwhile had already ended the thread.
+    unsafe { libc::kill(libc::getpid(), libc::SIGCHLD) };
 }
 
 /// Whether SIGCHLD was ignored when the hold started.
