@@ -73,7 +73,8 @@ lint:
 musl-check:
 	@if rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET); then \
 		CC_x86_64_unknown_linux_musl=cc RUSTFLAGS="-D warnings" \
-			$(CARGO) check --target $(MUSL_TARGET) --lib --bins; \
+			$(CARGO) check --target $(MUSL_TARGET) --lib --bins && \
+		echo "musl-check: $(MUSL_TARGET) compiles without warnings"; \
 	else echo "musl-check: the $(MUSL_TARGET) target is not installed; skipped"; fi
 
 ## Regenerate completions/ and docs/*.1 from the clap definitions.
