@@ -74,8 +74,9 @@ pub(super) fn ending() -> bool {
 /// is taken: those that come stay pending, and go with conlock's exit.
 pub(super) fn end_thread() {
     ENDING.store(true, Ordering::SeqCst);
-    // To the process, not the thread: no other thread waits for SIGCHLD, and a thread ID
-    // would be stale if a signal that came meanwhile had already ended the thread.
+    // To the process, not the thread: no other thread waits for SIGCHLD, and a signal
+    // that came between the store above and this kill may already have ended the thread
+    // (its ID would then be stale).
     unsafe { libc::kill(libc::getpid(), libc::SIGCHLD) };
 }
 
