@@ -55,8 +55,8 @@ $(RELEASE_BIN): $(SOURCES)
 demo: build
 	bash scripts/demo.sh $(DEBUG_BIN)
 
-## Every check CI runs: formatting, lints, completions/man drift, unit and integration tests,
-## install layout, the Debian package's contents and the systemd units.
+## Every check CI runs: formatting, lints, the musl build, completions/man drift, unit and
+## integration tests, install layout, the Debian package's contents and the systemd units.
 ## The test run comes last so that its summary closes the output.
 test: fmt-check lint layers-check completions-check selfcontained-check musl-check
 	$(MAKE) --no-print-directory units-check install-check deb-check
