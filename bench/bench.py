@@ -967,6 +967,7 @@ def main():
     server = Server(binary, a.consul_addr)
     proxy = CountingProxy(server.hostport)
     results = {"server": "external " + server.addr if a.consul_addr else "conlock dev-server",
+               "binary": {"path": binary, "linking": linking(binary)},
                "interleaved": True, "tools": {}}
     tools = [Tool("conlock", binary, server)]
     if a.compare_consul_lock:
@@ -1025,6 +1026,25 @@ def main():
     with open(a.out, "w") as f:
         json.dump(results, f, indent=2)
     report(results, a.out)
+
+
+def linking(path):
+    """'static' or 'dynamic' (the ELF file names a program interpreter), for the report:
+    the release build is a static musl binary where that Rust target is installed."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return "unknown"
+            phoff = int.from_bytes(head[0x20:0x28], "little")
+            phentsize = int.from_bytes(head[0x36:0x38], "little")
+            phnum = int.from_bytes(head[0x38:0x3A], "little")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return "unknown"
+    types = {int.from_bytes(table[i:i + 4], "little") for i in range(0, len(table), phentsize)}
+    return "dynamic" if 3 in types else "static"  # 3: PT_INTERP
 
 
 def fmt(v, unit=""):
@@ -1106,7 +1126,8 @@ def report(r, out):
             ratio = (v / o) if (isinstance(v, (int, float)) and isinstance(o, (int, float)) and o) else None
             line += f" {fmt(o):>12} {'n/a' if ratio is None else f'{ratio:.2f}':>7}"
         print(line)
-    print(f"\nresults written to {out} ({r['server']})")
+    b = r.get("binary", {})
+    print(f"\nresults written to {out} ({r['server']}; conlock: {b.get('path')}, {b.get('linking')})")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The .deb from `make deb` holds exactly: the binary, the man pages (gzipped, as Debian
 # wants), bash/zsh/fish completions, README, guide, systemd examples and the license
-# (copyright); all owned by root with the right modes; and its binary runs.
+# (copyright); all owned by root with the right modes; and its binary is the release
+# build given ($2) and runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$1
+release_bin=$2
 fail() { echo "deb-check: $*" >&2; exit 1; }
 command -v dpkg-deb >/dev/null || fail "dpkg-deb not found: install dpkg (apt-get install dpkg)"
 [ -f "$deb" ] || fail "$deb was not built"
@@ -14,7 +16,6 @@ trap 'rm -rf "$tmp"' EXIT
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 [ "$(dpkg-deb -f "$deb" Package)" = conlock ] || fail "Package is not conlock"
 [ "$(dpkg-deb -f "$deb" Version)" = "$version-1" ] || fail "Version is not $version-1"
-dpkg-deb -f "$deb" Depends | grep -q libc6 || fail "Depends does not name libc6"
 
 {
   echo "-rwxr-xr-x 0/0 ./usr/bin/conlock"
@@ -32,6 +33,13 @@ dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $1, $2, $6 }' | LC_ALL=C sort >"$tm
 diff -u "$tmp/expected" "$tmp/actual" || fail "the package's files differ from the expected list (- expected, + packaged)"
 
 dpkg-deb -x "$deb" "$tmp/root"
+cmp -s "$tmp/root/usr/bin/conlock" "$release_bin" || fail "the packaged binary is not $release_bin"
+# A dynamic (glibc) binary needs libc6; the static musl one needs nothing.
+if readelf -l "$release_bin" | grep -q 'program interpreter'; then
+  dpkg-deb -f "$deb" Depends | grep -q libc6 || fail "Depends does not name libc6 (dynamic binary)"
+else
+  [ -z "$(dpkg-deb -f "$deb" Depends)" ] || fail "Depends is not empty for a static binary: $(dpkg-deb -f "$deb" Depends)"
+fi
 "$tmp/root/usr/bin/conlock" --version | grep -qx "conlock $version" || fail "the packaged binary does not print 'conlock $version'"
 for m in docs/*.1; do
   gzip -dc "$tmp/root/usr/share/man/man1/$(basename "$m").gz" | cmp -s - "$m" || fail "$m differs in the package"

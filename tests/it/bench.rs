@@ -12,7 +12,7 @@ fn bench_compares_with_a_consul_lock_stand_in() {
     let out = scratch("bench").join("results.json");
     let run = Command::new("python3")
         .arg(root.join("bench/bench.py"))
-        .args(["--bin", BIN, "--quick", "--only", "1,2,4"])
+        .args(["--bin", BIN.path(), "--quick", "--only", "1,2,4"])
         .arg("--compare-consul-lock")
         .arg(root.join("tests/fixtures/fake-consul-lock"))
         .arg("--out")

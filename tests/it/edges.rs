@@ -531,7 +531,7 @@ fn ctrl_c_during_the_demo_releases_before_the_server_stops() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo.sh");
     let mut demo = KillOnDrop(
         std::process::Command::new("bash")
-            .args([script, BIN])
+            .args([script, BIN.path()])
             .env_remove("CONSUL_HTTP_ADDR")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

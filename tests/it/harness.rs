@@ -5,13 +5,40 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
-use assert_cmd::prelude::*;
 use std::time::{Duration, Instant};
 
 use conlock::consul::{Client, ConnConfig, ConnFlags, QueryOptions};
 use conlock::devserver::DevServer;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_conlock");
+/// The conlock binary the tests run: the build cargo made for this test run, or the one
+/// `CONLOCK_TEST_BIN` names (`make test` also runs the suite against the release build,
+/// which is what gets installed and may be a static musl binary).
+pub const BIN: Bin = Bin;
+
+#[derive(Clone, Copy)]
+pub struct Bin;
+
+impl Bin {
+    pub fn path(self) -> &'static str {
+        static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATH.get_or_init(|| {
+            std::env::var("CONLOCK_TEST_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_conlock").to_string())
+        })
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Bin {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path().as_ref()
+    }
+}
+
+impl std::fmt::Display for Bin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.path())
+    }
+}
 
 /// A conlock command aimed at `server`, with no Consul settings inherited from the caller.
 pub fn conlock(server: &DevServer) -> Command {
@@ -20,7 +47,7 @@ pub fn conlock(server: &DevServer) -> Command {
 
 /// Like [`conlock`], aimed at any agent address (an added agent, a proxy).
 pub fn conlock_at(addr: std::net::SocketAddr) -> Command {
-    let mut c = Command::cargo_bin("conlock").expect("the conlock binary");
+    let mut c = Command::new(BIN);
     for (k, _) in std::env::vars() {
         if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
             c.env_remove(k);
