@@ -32,6 +32,18 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def release_binary():
+    """The release build `make` made last (static musl where that target is installed, else
+    glibc), as its stamp file names it; without one, target/release/conlock."""
+    target = os.path.join(HERE, "..", "target")
+    try:
+        with open(os.path.join(target, "release-target")) as f:
+            triple = f.read().strip()
+    except OSError:
+        triple = ""
+    return os.path.join(target, triple, "release", "conlock")
+
+
 def now_ns():
     return time.time_ns()
 
@@ -954,7 +966,7 @@ def bench_guardian_rss(server, binary, runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(HERE, "..", "target", "release", "conlock"))
+    ap.add_argument("--bin", default=release_binary(), help="default: the newest release build")
     ap.add_argument("--consul-addr", help="measure against this Consul instead of a dev server")
     ap.add_argument("--compare-consul-lock", metavar="PATH", help="also measure this consul binary's `consul lock`")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")

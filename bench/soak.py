@@ -51,7 +51,7 @@ def job_ids():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default="target/release/conlock")
+    ap.add_argument("--bin", default=None, help="default: the newest release build (see bench.py)")
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--keys", type=int, default=3)
     ap.add_argument("--contenders", type=int, default=10)
@@ -59,6 +59,10 @@ def main():
     ap.add_argument("--seed", type=int, default=int(time.time()))
     a = ap.parse_args()
     rnd = random.Random(a.seed)
+    if a.bin is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench import release_binary
+        a.bin = release_binary()
     binary = os.path.abspath(a.bin)
     srv = subprocess.Popen([binary, "dev-server", "--addr", "127.0.0.1:0", "--session-ttl-min", "1s"], stdout=subprocess.PIPE, text=True)
     addr = re.search(r"(http://[0-9.:]+)", srv.stdout.readline()).group(1)

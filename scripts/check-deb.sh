@@ -2,13 +2,15 @@
 # The .deb from `make deb` holds exactly: the binary, the man pages (gzipped, as Debian
 # wants), bash/zsh/fish completions, README, guide, systemd examples and the license
 # (copyright); all owned by root with the right modes; and its binary is the release
-# build given ($2) and runs.
+# build given ($2), linked as the Makefile chose ($3: static or dynamic), and runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$1
 release_bin=$2
+kind=$3
 fail() { echo "deb-check: $*" >&2; exit 1; }
 command -v dpkg-deb >/dev/null || fail "dpkg-deb not found: install dpkg (apt-get install dpkg)"
+command -v readelf >/dev/null || fail "readelf not found: install binutils (apt-get install binutils)"
 [ -f "$deb" ] || fail "$deb was not built"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -35,11 +37,14 @@ diff -u "$tmp/expected" "$tmp/actual" || fail "the package's files differ from t
 dpkg-deb -x "$deb" "$tmp/root"
 cmp -s "$tmp/root/usr/bin/conlock" "$release_bin" || fail "the packaged binary is not $release_bin"
 # A dynamic (glibc) binary needs libc6; the static musl one needs nothing.
-if readelf -l "$release_bin" | grep -q 'program interpreter'; then
-  dpkg-deb -f "$deb" Depends | grep -q libc6 || fail "Depends does not name libc6 (dynamic binary)"
-else
-  [ -z "$(dpkg-deb -f "$deb" Depends)" ] || fail "Depends is not empty for a static binary: $(dpkg-deb -f "$deb" Depends)"
-fi
+headers=$(readelf -l "$release_bin") || fail "readelf cannot read $release_bin"
+if grep -q 'program interpreter' <<<"$headers"; then linked=dynamic; else linked=static; fi
+[ "$linked" = "$kind" ] || fail "$release_bin is $linked, but the Makefile built a $kind binary"
+case $kind in
+  dynamic) dpkg-deb -f "$deb" Depends | grep -q libc6 || fail "Depends does not name libc6 (dynamic binary)" ;;
+  static) [ -z "$(dpkg-deb -f "$deb" Depends)" ] || fail "Depends is not empty for a static binary: $(dpkg-deb -f "$deb" Depends)" ;;
+  *) fail "usage: check-deb.sh DEB RELEASE_BIN static|dynamic" ;;
+esac
 "$tmp/root/usr/bin/conlock" --version | grep -qx "conlock $version" || fail "the packaged binary does not print 'conlock $version'"
 for m in docs/*.1; do
   gzip -dc "$tmp/root/usr/share/man/man1/$(basename "$m").gz" | cmp -s - "$m" || fail "$m differs in the package"

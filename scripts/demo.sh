@@ -2,7 +2,7 @@
 # Starts an embedded dev server on a free port, shows conlock run and sem against it,
 # and always stops the server (also on Ctrl-C).
 set -euo pipefail
-bin=${1:-target/release/conlock}
+bin=${1:-target/debug/conlock}  # make demo passes the debug build it made
 out=$(mktemp)
 # The server runs in its own session, so a Ctrl-C on the terminal does not stop it
 # before the demo's jobs have released their locks against it.

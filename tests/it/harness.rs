@@ -21,9 +21,18 @@ pub struct Bin;
 impl Bin {
     pub fn path(self) -> &'static str {
         static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        PATH.get_or_init(|| {
-            std::env::var("CONLOCK_TEST_BIN")
-                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_conlock").to_string())
+        PATH.get_or_init(|| match std::env::var("CONLOCK_TEST_BIN") {
+            Ok(path) => {
+                use std::os::unix::fs::PermissionsExt;
+                let runnable = std::fs::metadata(&path)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+                assert!(
+                    runnable,
+                    "CONLOCK_TEST_BIN={path} is not an executable file"
+                );
+                path
+            }
+            Err(_) => env!("CARGO_BIN_EXE_conlock").to_string(),
         })
     }
 }
