@@ -1,6 +1,7 @@
-// conlock's own entry point instead of std's on glibc, where std still gets the
-// arguments (from glibc's init hook): see `main`. Elsewhere (musl) std's start stays.
-#![cfg_attr(all(not(test), target_env = "gnu"), no_main)]
+// conlock's own entry point instead of std's, on Linux (glibc and musl): see `main`.
+#![cfg_attr(not(test), no_main)]
+use std::ffi::OsString;
+
 use clap::Parser;
 use conlock::error::exit;
 
@@ -11,29 +12,32 @@ use conlock::error::exit;
 #[global_allocator]
 static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
-/// The C entry point. std's own start would also read /proc/self/maps (for the main
-/// thread's stack guard) and set up an alternate signal stack in every thread, only to
-/// name a stack overflow: about 0.15 ms of every run. A stack overflow still ends
+/// The C entry point. std's own start would also set up an alternate signal stack in
+/// every thread (on musl: a map and an unmap per thread, each unmap a TLB flush on the
+/// other CPU) and, on glibc, read /proc/self/maps for the main thread's stack guard, only
+/// to name a stack overflow: about 0.15 ms of every run. A stack overflow still ends
 /// conlock with SIGSEGV, and the guardian then stops the command as for any death.
-#[cfg(all(not(test), target_env = "gnu"))]
+#[cfg(not(test))]
 #[no_mangle]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: first thing, with a single thread.
     unsafe { start() };
-    // std reads the arguments itself (glibc hands them to its init function).
-    run()
-}
-
-#[cfg(all(not(test), not(target_env = "gnu")))]
-fn main() {
-    run()
+    // std never sees the arguments on musl (glibc would hand them to std's init hook), so
+    // they are read here, on both.
+    use std::os::unix::ffi::OsStringExt;
+    let args = (0..usize::try_from(argc).unwrap_or(0))
+        // SAFETY: the kernel's argv: argc valid C strings.
+        .map(|i| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) })
+        .map(|a| OsString::from_vec(a.to_bytes().to_vec()))
+        .collect();
+    run(args)
 }
 
 /// What std's start does that conlock needs: standard streams that are open, so that
 /// no socket or pipe becomes fd 0, 1 or 2 (and the command's output, for example, would
 /// go to Consul); and SIGPIPE ignored, so a closed pipe is an error, not a death.
-// The test harness has its own main; std's start does this elsewhere.
-#[cfg_attr(any(test, not(target_env = "gnu")), allow(dead_code))]
+// The test harness has its own main.
+#[cfg_attr(test, allow(dead_code))]
 unsafe fn start() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
@@ -60,12 +64,12 @@ unsafe fn start() {
 }
 
 #[cfg_attr(test, allow(dead_code))]
-fn run() -> ! {
-    if holds_a_claim(std::env::args_os().skip(1)) {
+fn run(args: Vec<OsString>) -> ! {
+    if holds_a_claim(args.iter().skip(1).cloned()) {
         // Before anything starts a thread: see guardian.rs.
         conlock::hold::guardian::prefork();
     }
-    let cli = match conlock::cli::Cli::try_parse() {
+    let cli = match conlock::cli::Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             conlock::ui::error(usage_error_line(&e.render().to_string()));
