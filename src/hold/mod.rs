@@ -509,7 +509,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
     // command like sudo does; conlock stops when the command does. Stopping conlock alone
     // would leave the command running unsupervised with nobody renewing the session.
     let set = signals::block();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
             let sig = signals::wait(&set);
@@ -563,7 +563,15 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
             }
         })
         .map_err(|e| Error::Other(e.into()))?;
+    keep_joinable(thread);
     Ok(())
+}
+
+/// Never joined, never detached: a detached thread on musl unmaps its own stack as it
+/// ends, and that unmap flushes the TLB of the CPU where conlock's main thread runs
+/// (an interrupt to a vCPU). The exit frees the stack with everything else.
+pub(crate) fn keep_joinable<T>(thread: std::thread::JoinHandle<T>) {
+    std::mem::forget(thread);
 }
 
 #[cfg(test)]

@@ -332,7 +332,9 @@ impl Session {
         };
         self.shared.wake.notify_all();
         // The thread may sit in a renew call; it exits when that returns.
-        drop(self.thread.take());
+        if let Some(thread) = self.thread.take() {
+            super::keep_joinable(thread);
+        }
         id
     }
 
