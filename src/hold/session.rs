@@ -140,7 +140,7 @@ impl Session {
         spec: SessionSpec,
         guardian: Option<Arc<Guardian>>,
         renew: bool,
-    ) -> Result<Session, ConsulError> {
+    ) -> crate::error::Result<Session> {
         let mut sent = BootInstant::now();
         // Creating a session is safe to repeat: one we did not hear about holds nothing
         // and expires by its TTL.
@@ -173,10 +173,26 @@ impl Session {
             wake: Condvar::new(),
         });
         let worker = shared.clone();
-        let thread = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("renew".into())
-            .spawn(move || renew_loop(&worker))
-            .expect("spawn renew thread");
+            .spawn(move || renew_loop(&worker));
+        let thread = match spawned {
+            Ok(thread) => thread,
+            // A process or thread limit (ulimit -u, a cgroup's pids.max, systemd's
+            // TasksMax): nothing is held yet, so the session goes and conlock exits 125.
+            Err(e) => {
+                let id = shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .id
+                    .clone();
+                let _ = client.session_destroy(&id);
+                return Err(crate::error::Error::Other(anyhow::anyhow!(
+                    "cannot start the thread that renews session {id}: {e} (check the limits on processes and threads: ulimit -u, the cgroup's pids.max, systemd's TasksMax)"
+                )));
+            }
+        };
         Ok(Session {
             shared,
             thread: Some(thread),

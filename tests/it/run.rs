@@ -604,3 +604,87 @@ fn uncontended_run_sends_five_requests() {
         .0
         .is_none());
 }
+
+/// The command gets its arguments byte for byte, also those that are not UTF-8 (conlock
+/// reads them from argv itself); a key must be UTF-8 and is refused before any request.
+#[test]
+fn arguments_reach_the_command_byte_for_byte() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let server = start_server();
+    let bytes = b"a\xff\xfe b";
+    let out = conlock(&server)
+        .args(["run", "--key", "bytes", "--", "printf", "%s"])
+        .arg(OsStr::from_bytes(bytes))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, bytes);
+    conlock(&server)
+        .args(["run", "--key"])
+        .arg(OsStr::from_bytes(b"k\xff"))
+        .args(["--", "true"])
+        .assert()
+        .code(125)
+        .stderr(contains("invalid UTF-8"));
+    assert!(client(&server)
+        .session_list(QueryOptions::default())
+        .unwrap()
+        .0
+        .iter()
+        .all(|s| !s.name.contains("printf")));
+}
+
+/// Under a process limit that leaves no room for the renew thread, conlock exits 125 with
+/// a line naming the limit (it aborted with a panic, 134) and destroys its session.
+#[test]
+fn no_room_for_the_renew_thread_is_exit_125() {
+    use std::os::unix::process::CommandExt;
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run conlock under its own user ID");
+        return;
+    }
+    let server = start_server();
+    let mut cmd = conlock(&server);
+    // A user ID of its own, so that no other process counts against its limit: conlock,
+    // the guardian and the signal thread fit in 3; the renew thread does not.
+    cmd.args(["run", "--key", "nproc", "--", "true"])
+        .uid(61_927)
+        .gid(61_927);
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 3,
+                rlim_max: 3,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: user 61927 cannot run {BIN}: {e}");
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("cannot start the thread that renews session")
+            && stderr.contains("ulimit -u"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let c = client(&server);
+    assert!(
+        wait_for(LONG, || c
+            .session_list(QueryOptions::default())
+            .unwrap()
+            .0
+            .is_empty()),
+        "the session was left behind"
+    );
+}
