@@ -105,7 +105,7 @@ fmt-check:
 lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## The musl build (main.rs keeps std's start there; libc's types differ) compiles without
+## The musl build (libc's types differ, and only it uses dlmalloc) compiles without
 ## warnings. Skipped, with a line saying so, where that target is not installed.
 musl-check:
 	@if [ -n "$(filter $(MUSL_TARGET),$(RUSTUP_TARGETS))" ]; then \
