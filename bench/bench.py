@@ -966,7 +966,7 @@ def bench_guardian_rss(server, binary, runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=release_binary(), help="default: the newest release build")
+    ap.add_argument("--bin", default=release_binary(), help="default: the release build make made last (target/release-target)")
     ap.add_argument("--consul-addr", help="measure against this Consul instead of a dev server")
     ap.add_argument("--compare-consul-lock", metavar="PATH", help="also measure this consul binary's `consul lock`")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")

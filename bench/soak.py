@@ -51,7 +51,7 @@ def job_ids():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=None, help="default: the newest release build (see bench.py)")
+    ap.add_argument("--bin", default=None, help="default: the release build make made last (see bench.py)")
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--keys", type=int, default=3)
     ap.add_argument("--contenders", type=int, default=10)
