@@ -38,6 +38,8 @@ fn bench_compares_with_a_consul_lock_stand_in() {
         assert!((4.0..=5.0).contains(&reqs), "{tool}: {reqs} requests");
         assert_eq!(t["1_uncontended"]["runs"], 5, "{tool}");
         assert_eq!(t["2_handoff"]["handoffs"], 30, "{tool}");
+        assert_eq!(t["2_handoff_1"]["waiters"], 1, "{tool}");
+        assert_eq!(t["2_handoff_1"]["handoffs"], 10, "{tool}");
         let f = &t["4_failover"];
         assert_eq!(f["runs"], 2, "{tool}");
         // conlock was given the lock-delay and TTL seen in the stand-in's session.
