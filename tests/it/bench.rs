@@ -38,6 +38,8 @@ fn bench_compares_with_a_consul_lock_stand_in() {
         assert!((4.0..=5.0).contains(&reqs), "{tool}: {reqs} requests");
         assert_eq!(t["1_uncontended"]["runs"], 5, "{tool}");
         assert_eq!(t["2_handoff"]["handoffs"], 30, "{tool}");
+        assert_eq!(t["2_handoff_5"]["waiters"], 5, "{tool}");
+        assert_eq!(t["2_handoff_5"]["handoffs"], 10, "{tool}");
         assert_eq!(t["2_handoff_1"]["waiters"], 1, "{tool}");
         assert_eq!(t["2_handoff_1"]["handoffs"], 10, "{tool}");
         let f = &t["4_failover"];
