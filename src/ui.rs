@@ -48,9 +48,15 @@ enum Writer {
     /// Nothing sent yet.
     Idle(WriteFn),
     Running(Sender<Vec<u8>>),
-    /// The thread could not start: written in place.
-    Inline(WriteFn),
+    /// The thread could not start (a process limit, which the command may be using up):
+    /// what was sent is kept, up to `KEPT_MAX` bytes, and the thread is tried again with
+    /// the next message and at `flush`. Never written in place: a write that blocks (a
+    /// full pipe nobody reads) would hold up supervision.
+    Unstarted(WriteFn, Vec<Vec<u8>>),
 }
+
+/// What an unstarted writer keeps at most; later messages are dropped.
+const KEPT_MAX: usize = 64 * 1024;
 
 impl Queue {
     /// `write` returns false to stop writing (what follows is dropped).
@@ -64,29 +70,48 @@ impl Queue {
 
     pub fn send(&self, bytes: Vec<u8>) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(&*state, Writer::Idle(_)) {
-            if let Writer::Idle(write) =
-                std::mem::replace(&mut *state, Writer::Inline(Box::new(|_| true)))
-            {
-                *state = self.start(write);
-            }
-        }
+        self.try_start(&mut state);
         match &mut *state {
-            Writer::Running(tx) => {
-                let n = &self.pending.0;
-                *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-                if tx.send(bytes).is_err() {
-                    *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            Writer::Running(tx) => self.hand_over(tx, bytes),
+            Writer::Unstarted(_, kept) => {
+                if kept.iter().map(Vec::len).sum::<usize>() + bytes.len() <= KEPT_MAX {
+                    kept.push(bytes);
                 }
-            }
-            Writer::Inline(write) => {
-                write(&bytes);
             }
             Writer::Idle(_) => {}
         }
     }
 
-    fn start(&self, write: WriteFn) -> Writer {
+    fn hand_over(&self, tx: &Sender<Vec<u8>>, bytes: Vec<u8>) {
+        let n = &self.pending.0;
+        *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        if tx.send(bytes).is_err() {
+            *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        }
+    }
+
+    /// Starts the thread if it is not running, handing it what was kept.
+    fn try_start(&self, state: &mut Writer) {
+        let (write, kept) = match std::mem::replace(state, Writer::Idle(Box::new(|_| true))) {
+            Writer::Idle(write) => (write, Vec::new()),
+            Writer::Unstarted(write, kept) => (write, kept),
+            running => {
+                *state = running;
+                return;
+            }
+        };
+        *state = match self.start(write) {
+            Ok(tx) => {
+                for bytes in kept {
+                    self.hand_over(&tx, bytes);
+                }
+                Writer::Running(tx)
+            }
+            Err(write) => Writer::Unstarted(write, kept),
+        };
+    }
+
+    fn start(&self, write: WriteFn) -> std::result::Result<Sender<Vec<u8>>, WriteFn> {
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
         let count = self.pending.clone();
         // Where the thread takes `write` from: if it cannot start, it is still there.
@@ -110,19 +135,25 @@ impl Queue {
                 }
             });
         match spawned {
-            Ok(_) => Writer::Running(tx),
-            Err(_) => Writer::Inline(
-                slot.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_else(|| Box::new(|_| true)),
-            ),
+            Ok(_) => Ok(tx),
+            Err(_) => Err(slot
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| Box::new(|_| true))),
         }
     }
 
     /// Waits until everything sent is written, but never longer than 2 s without
     /// progress: nobody reads what stays blocked that long.
     pub fn flush(&self) {
+        // Kept messages get one more chance (the command, and its processes, are gone).
+        {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(&*state, Writer::Unstarted(..)) {
+                self.try_start(&mut state);
+            }
+        }
         let (n, written) = &*self.pending;
         let mut pending = n.lock().unwrap_or_else(|p| p.into_inner());
         let mut last = *pending;

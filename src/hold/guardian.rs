@@ -10,8 +10,9 @@
 //!   until they are gone, so the lock does not pass to a new holder beside them. Then it
 //!   releases the claim and destroys the session: the next holder starts at once.
 //! - The deadline conlock sent (when the command must be dead) passes while the pipe is
-//!   open and the group was not reported gone (conlock stopped or stuck): it SIGKILLs the
-//!   group. It does not release: conlock is alive and does that itself.
+//!   open and the command was not reported gone (conlock stopped or stuck): it SIGKILLs
+//!   the group (unless reported gone) and every other descendant of conlock. It does not
+//!   release: conlock is alive and does that itself.
 //!
 //! It never panics on output: messages go to stderr through one writer thread, written
 //! with `libc::write` and errors ignored, so a closed or blocked stderr cannot stop it.
@@ -37,10 +38,16 @@ enum Msg {
     Session(String, u64),
     ProcessGroup(i32),
     Claim(ClaimSpec),
+    /// conlock's children from before the command, as (pid, start time): not the
+    /// command's, so the watchdog leaves them (and what they started) alone.
+    Prior(Vec<(i32, u64)>),
     /// The moment (CLOCK_BOOTTIME, ns) by which the command's group must be dead.
     Deadline(u64),
     /// The command's group is gone: never signal that process group ID again.
     GroupGone,
+    /// The whole command is gone (its group and what escaped from it): the watchdog has
+    /// nothing left to stop, and the group's ID is never signalled again.
+    CommandGone,
     Done,
 }
 
@@ -96,8 +103,13 @@ impl Guardian {
         self.send(&Msg::ProcessGroup(pgid));
     }
 
-    pub fn claim(&self, claim: ClaimSpec) {
-        self.send(&Msg::Claim(claim));
+    /// What conlock holds, and the children it had before the command (one write).
+    pub fn claim(&self, claim: ClaimSpec, prior: &[(i32, u64)]) {
+        let mut lines = line(&Msg::Claim(claim));
+        if !prior.is_empty() {
+            lines.extend(line(&Msg::Prior(prior.to_vec())));
+        }
+        self.send_lines(&lines);
     }
 
     /// The command must be dead by `at`. Never blocks: called by the renew thread. If the
@@ -123,9 +135,14 @@ impl Guardian {
         self.flush_deadline(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    /// The command's whole group is gone; from now on the guardian signals nothing.
+    /// The command's group is gone; from now on the guardian never signals its ID.
     pub fn group_gone(&self) {
         self.send(&Msg::GroupGone);
+    }
+
+    /// The whole command is gone (its group too); the watchdog is disarmed.
+    pub fn command_gone(&self) {
+        self.send(&Msg::CommandGone);
     }
 
     /// Everything ended normally: the guardian exits without doing anything.
@@ -255,6 +272,9 @@ fn fork_guardian() -> Option<File> {
                     }
                 }
                 libc::setpgid(0, 0);
+                // Its own name (in ps, top): `killall conlock` and `pkill -x conlock`, which
+                // match names exactly, then leave it to clean up after conlock.
+                libc::prctl(libc::PR_SET_NAME, c"conlock-guard".as_ptr(), 0, 0, 0);
             }
             let code = serve(read_end);
             // No destructors or atexit handlers of conlock's copy.
@@ -274,8 +294,10 @@ struct Known {
     session: Option<(String, Duration)>,
     pgid: Option<i32>,
     claim: Option<ClaimSpec>,
+    prior: Vec<(i32, u64)>,
     deadline: Option<BootInstant>,
     group_gone: bool,
+    command_gone: bool,
     /// When the watchdog SIGKILLed the group (it then waits to see it gone).
     fired: Option<Instant>,
 }
@@ -287,8 +309,10 @@ impl Known {
             Msg::Session(id, ttl_ms) => self.session = Some((id, Duration::from_millis(ttl_ms))),
             Msg::ProcessGroup(p) => self.pgid = Some(p),
             Msg::Claim(c) => self.claim = Some(c),
+            Msg::Prior(p) => self.prior = p,
             Msg::Deadline(ns) => self.deadline = Some(BootInstant::from_nanos(ns)),
             Msg::GroupGone => self.group_gone = true,
+            Msg::CommandGone => (self.group_gone, self.command_gone) = (true, true),
             Msg::Done => {}
         }
     }
@@ -298,10 +322,12 @@ impl Known {
         self.pgid.filter(|&p| p > 1 && !self.group_gone)
     }
 
-    /// When the watchdog must fire, if it is armed.
+    /// When the watchdog must fire, if it is armed: from the command's start until
+    /// conlock reports the whole command gone. Its group may be gone before escaped
+    /// processes are.
     fn watchdog(&self) -> Option<BootInstant> {
-        self.live_group()
-            .filter(|_| self.fired.is_none())
+        self.pgid
+            .filter(|&p| p > 1 && !self.command_gone && self.fired.is_none())
             .and(self.deadline)
     }
 }
@@ -332,33 +358,39 @@ fn serve(fd: RawFd) -> i32 {
     let mut chunk = [0u8; 4096];
     loop {
         let watchdog = known.watchdog();
-        if let (Some(at), Some(p)) = (watchdog, known.live_group()) {
+        if let Some(at) = watchdog {
             // A newer deadline may wait unread in the pipe: read it first.
             if at.has_passed() && !readable(fd) {
-                unsafe { libc::kill(-p, libc::SIGKILL) };
-                kill_descendants(conlock_pid);
+                let what = match known.live_group() {
+                    Some(p) => {
+                        unsafe { libc::kill(-p, libc::SIGKILL) };
+                        format!("its command's process group {p}")
+                    }
+                    None => "what was left of its command".to_string(),
+                };
+                kill_descendants(conlock_pid, &known.prior);
                 known.fired = Some(Instant::now());
                 out.say(format!(
-                    "conlock (pid {conlock_pid}) is stopped or stuck past its deadline; SIGKILLed its command's process group {p}"
+                    "conlock (pid {conlock_pid}) is stopped or stuck past its deadline; SIGKILLed {what}"
                 ));
                 continue;
             }
         }
         let mut timeout = timer.arm(watchdog);
-        if let (Some(at), Some(p)) = (known.fired, known.live_group()) {
-            // Processes that left the group are re-parented to conlock as their parents
-            // in the group die: they get SIGKILL too.
-            kill_descendants(conlock_pid);
-            // Once the killed group is gone its ID may be reused: never signal it again.
-            if super::pgroup::gone(p) {
-                known.group_gone = true;
-                continue;
+        if let Some(at) = known.fired.filter(|_| !known.command_gone) {
+            let group = known.live_group();
+            let early = at.elapsed() < Duration::from_secs(1);
+            if group.is_some() || early {
+                // Processes that left the group are re-parented to conlock as their
+                // parents die: they get SIGKILL too.
+                kill_descendants(conlock_pid, &known.prior);
+                // Once the killed group is gone its ID may be reused: never signal it again.
+                if group.is_some_and(super::pgroup::gone) {
+                    known.group_gone = true;
+                    continue;
+                }
+                timeout = if early { 10 } else { 500 };
             }
-            timeout = if at.elapsed() < Duration::from_secs(1) {
-                10
-            } else {
-                500
-            };
         }
         let mut pfds = [
             libc::pollfd {
@@ -625,11 +657,18 @@ fn write_stderr(mut bytes: &[u8]) {
     }
 }
 
-/// SIGKILLs every live descendant of a stopped or stuck conlock but the guardian: the
-/// command's group and whatever left it (`setsid`), re-parented to conlock or not.
-fn kill_descendants(conlock_pid: i32) {
-    let me = std::process::id() as i32;
-    for (pid, st) in super::supervise::descendants(conlock_pid, &[me]) {
+/// SIGKILLs every live descendant of a stopped or stuck conlock but the guardian and the
+/// children conlock had before the command (with what they started): the command's
+/// group and whatever left it (`setsid`), re-parented to conlock or not.
+fn kill_descendants(conlock_pid: i32, prior: &[(i32, u64)]) {
+    let mut skip = vec![std::process::id() as i32];
+    skip.extend(
+        prior
+            .iter()
+            .filter(|&&(pid, start)| super::supervise::is_process(pid, start))
+            .map(|&(pid, _)| pid),
+    );
+    for (pid, st) in super::supervise::descendants(conlock_pid, &skip) {
         super::supervise::signal_if_same(pid, st.start(), libc::SIGKILL);
     }
 }

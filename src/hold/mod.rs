@@ -141,22 +141,28 @@ fn hold_guarded(
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     let session_id = session.id();
     if let Some(g) = guardian {
-        g.claim(claim.spec());
+        g.claim(claim.spec(), prior.list());
     }
     let confirm = {
         let claim = claim.clone();
         Box::new(move |client: &Client, sid: &str| claim.confirm(client, sid))
     };
-    match session.start_holding(held.confirmed_at, confirm) {
-        Ok(true) => {}
-        Ok(false) | Err(_) => {
-            claim.release(client, &session_id);
-            session.destroy();
-            return Err(Error::Other(anyhow::anyhow!(
-                "the session {session_id} could not be confirmed right after acquiring {}; gave it back",
-                claim.describe()
-            )));
-        }
+    // A session that ends (or cannot be renewed) right after acquiring is a loss before
+    // the command started: exit 124, as when the deadline passes then.
+    let unconfirmed = match session.start_holding(held.confirmed_at, confirm) {
+        Ok(true) => None,
+        Ok(false) => Some(format!(
+            "session {session_id} was invalidated right after acquiring"
+        )),
+        Err(e) => Some(format!(
+            "session {session_id} could not be renewed right after acquiring: {e}"
+        )),
+    };
+    if let Some(reason) = unconfirmed {
+        supervise::announce_loss(&reason, "not starting the command");
+        claim.release(client, &session_id);
+        session.destroy();
+        return Ok(exit_event(exit::LOST, "lost"));
     }
     ui::verbose(format_args!(
         "acquired {} (LockIndex {}, fencing token {})",
@@ -224,14 +230,7 @@ fn hold_guarded(
     let spawned = if deadline.has_passed() {
         Ok(None)
     } else {
-        Child::spawn(
-            &spec.program,
-            &env,
-            tx.clone(),
-            guardian.map(|g| &**g),
-            deadline,
-            prior,
-        )
+        Child::spawn(&spec.program, &env, tx.clone(), guardian, deadline, prior)
     };
     let child = match spawned {
         Ok(Some(c)) => c,
@@ -319,24 +318,27 @@ fn hold_guarded(
             claim.describe()
         ));
         if let Some(reason) = wait_survivors(&session, &child) {
-            ui::error(format_args!(
-                "{reason}: {} may pass to another holder while processes of group {pgid} still run",
-                claim.describe()
-            ));
+            // Lost while part of the command runs: exit 124, whatever the command's code.
+            supervise::announce_loss(
+                &reason,
+                &format!(
+                    "{} may pass to another holder while processes of group {pgid} still run",
+                    claim.describe()
+                ),
+            );
             stop_monitor.store(true, Ordering::SeqCst);
             drop(session);
-            let (code, how) = exit_of(&outcome);
-            return Ok(exit_event(code, how));
+            return Ok(exit_event(exit::LOST, "lost"));
         }
         ui::notice(format_args!(
             "the surviving processes of group {pgid} are gone; releasing {}",
             claim.describe()
         ));
     }
-    // The whole process group is gone: the guardian must never signal its ID again
-    // (it may be reused).
+    // The whole command is gone (the guardian heard of its group as soon as that was
+    // seen gone): its watchdog has nothing left to stop.
     if let Some(g) = guardian {
-        g.group_gone();
+        g.command_gone();
     }
     let outcome = match (outcome, spec.min_hold) {
         (o @ (Outcome::Exited(_) | Outcome::MaxTime), Some(min)) => {

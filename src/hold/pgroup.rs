@@ -42,6 +42,12 @@ pub fn gone(pgid: i32) -> bool {
     gone_given(probe, member_states(pgid).as_deref())
 }
 
+/// True when no process, not even a zombie, has `pgid` as its group: from then on the ID
+/// may be reused, and no process can join that group any more.
+pub fn no_such_group(pgid: i32) -> bool {
+    pgid > 1 && probe(pgid) == Probe::NoGroup
+}
+
 fn probe(pgid: i32) -> Probe {
     if unsafe { libc::kill(-pgid, 0) } == 0 {
         return Probe::Signalled;

@@ -14,7 +14,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -202,6 +204,13 @@ pub struct Child {
     /// conlock's children from before the command started (the guardian): never the
     /// command's, as (pid, start time).
     prior: Vec<(i32, u64)>,
+    /// Set once no process has the group's ID (zombies included). From then on the ID
+    /// may name an unrelated group (once the PID is reused), so it is never signalled
+    /// again.
+    group_gone: AtomicBool,
+    /// The guardian was told the group is gone (`announce_group_gone`).
+    group_gone_told: AtomicBool,
+    guardian: Option<Arc<Guardian>>,
 }
 
 impl Child {
@@ -212,7 +221,7 @@ impl Child {
         program: &Program,
         env: &[(String, String)],
         events: Sender<Event>,
-        guardian: Option<&Guardian>,
+        guardian: Option<&Arc<Guardian>>,
         deadline: BootInstant,
         prior: Prior,
     ) -> Result<Option<Child>> {
@@ -236,7 +245,7 @@ impl Child {
         }
         // The child tells the guardian its group through a copy of the pipe, so that the
         // pipe's lock is free for the deadlines the renew thread sends meanwhile.
-        let pipe = guardian.and_then(Guardian::pipe_copy);
+        let pipe = guardian.and_then(|g| g.pipe_copy());
         let announce_gone = || {
             if let Some(g) = guardian {
                 g.group_gone();
@@ -306,6 +315,9 @@ impl Child {
             pid,
             terminal,
             prior: prior.0,
+            group_gone: AtomicBool::new(false),
+            group_gone_told: AtomicBool::new(false),
+            guardian: guardian.cloned(),
         }))
     }
 
@@ -315,6 +327,9 @@ impl Child {
 
     /// Sends a signal to the whole process group.
     pub fn signal_group(&self, sig: Signal) {
+        if self.group_gone.load(Ordering::SeqCst) {
+            return;
+        }
         match kill(Pid::from_raw(-self.pid.as_raw()), sig) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(e) => ui::warn(format_args!(
@@ -325,6 +340,9 @@ impl Child {
     }
 
     fn signal_raw(&self, sig: i32) {
+        if self.group_gone.load(Ordering::SeqCst) {
+            return;
+        }
         unsafe {
             libc::kill(-self.pid.as_raw(), sig);
         }
@@ -333,7 +351,32 @@ impl Child {
     /// True while any process of the group is alive. EPERM means a member exists that
     /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        !super::pgroup::gone(self.pid.as_raw())
+        if self.group_gone.load(Ordering::SeqCst) {
+            return false;
+        }
+        let pgid = self.pid.as_raw();
+        if !super::pgroup::gone(pgid) {
+            return true;
+        }
+        // Zombies still hold the ID (and a process may still join their group): only an
+        // empty group is final.
+        if super::pgroup::no_such_group(pgid) {
+            self.group_gone.store(true, Ordering::SeqCst);
+        }
+        false
+    }
+
+    /// Tells the guardian once that the group is gone, if it was seen gone, while what
+    /// escaped from it is still being stopped (and conlock may die meanwhile). When
+    /// nothing escaped, `Guardian::command_gone` says it right after, in one write less.
+    fn announce_group_gone(&self) {
+        if self.group_gone.load(Ordering::SeqCst)
+            && !self.group_gone_told.swap(true, Ordering::SeqCst)
+        {
+            if let Some(g) = &self.guardian {
+                g.group_gone();
+            }
+        }
     }
 
     /// Live descendants that left the group and were re-parented to conlock.
@@ -343,7 +386,11 @@ impl Child {
 
     /// True while the group or an escaped descendant is alive.
     pub fn alive(&self) -> bool {
-        self.group_alive() || !self.escapees().is_empty()
+        let alive = self.group_alive() || !self.escapees().is_empty();
+        if alive {
+            self.announce_group_gone();
+        }
+        alive
     }
 
     /// The group, then every escaped descendant that `done` does not list yet, gets `sig`
@@ -613,7 +660,10 @@ pub fn supervise(
             }
         }
         let due = session_deadline();
-        if lost.is_none() && status.is_none() && now >= due {
+        if lost.is_none()
+            && (status.is_none() || killed_past_deadline(status, killed))
+            && now >= due
+        {
             lose(
                 DEADLINE_PASSED.to_string(),
                 due,
@@ -648,6 +698,14 @@ pub fn supervise(
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
     };
     (outcome, gone)
+}
+
+/// Whether the command's end, seen once the session deadline had passed, is a loss: a
+/// SIGKILL that conlock did not send is the guardian's at the deadline, fired while
+/// conlock could not run (stopped, or a suspend its monotonic clock did not count).
+/// Any other end keeps the command's code: it may have come before the deadline.
+fn killed_past_deadline(status: Option<i32>, killed_by_conlock: bool) -> bool {
+    status == Some(128 + libc::SIGKILL) && !killed_by_conlock
 }
 
 /// Processes the child left behind, in its group or escaped from it, must not outlive
@@ -705,6 +763,7 @@ fn wait_gone(
         if !group && escaped.is_empty() {
             return true;
         }
+        child.announce_group_gone();
         if Instant::now() >= until {
             return false;
         }
@@ -889,10 +948,15 @@ pub(super) fn descendants(root: i32, skip: &[i32]) -> Vec<(i32, Stat)> {
     out
 }
 
+/// Whether `pid` is still the process that started at `start`.
+pub(super) fn is_process(pid: i32, start: u64) -> bool {
+    proc_stat(pid).is_some_and(|st| st.start == start)
+}
+
 /// Signals `pid` only if it is still the process that started at `start` (a reused pid
 /// is left alone; the window between the check and the signal is a few microseconds).
 pub(super) fn signal_if_same(pid: i32, start: u64, sig: i32) {
-    if proc_stat(pid).is_some_and(|st| st.start == start) {
+    if is_process(pid, start) {
         unsafe { libc::kill(pid, sig) };
     }
 }
@@ -1009,6 +1073,11 @@ pub struct Prior(Vec<(i32, u64)>);
 impl Prior {
     pub fn now() -> Prior {
         Prior(prior_children())
+    }
+
+    /// As (pid, start time).
+    pub fn list(&self) -> &[(i32, u64)] {
+        &self.0
     }
 }
 
@@ -1133,6 +1202,18 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::Command;
+
+    /// Past the deadline, only a SIGKILL conlock did not send (the guardian's) turns the
+    /// command's end into a loss; it exited 137 before (conlock suspended, or stopped
+    /// and continued, saw the guardian's kill before its own deadline check).
+    #[test]
+    fn a_sigkill_conlock_did_not_send_past_the_deadline_is_a_loss() {
+        assert!(killed_past_deadline(Some(137), false));
+        assert!(!killed_past_deadline(Some(137), true));
+        assert!(!killed_past_deadline(Some(0), false));
+        assert!(!killed_past_deadline(Some(143), false));
+        assert!(!killed_past_deadline(None, false));
+    }
 
     /// `sleep 30` in a process group of its own.
     fn sleeper() -> std::process::Child {

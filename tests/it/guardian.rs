@@ -219,6 +219,105 @@ fn guardian_never_signals_a_group_reported_gone() {
     ended.join().unwrap();
 }
 
+/// The command (a shell) leaves an escaped process that ignores TERM, then exits: its
+/// group is gone while the escapee is being stopped. The command's PID, free again, is
+/// reused as an unrelated process group meanwhile.
+fn reuse_while_escapee_runs(
+    server: &conlock::devserver::DevServer,
+    name: &str,
+    grace: &str,
+) -> (KillOnDrop, i32, i32, PathBuf) {
+    let dir = scratch(name);
+    let (pidfile, escfile, errors) = (dir.join("pid"), dir.join("esc"), dir.join("stderr"));
+    let h = KillOnDrop(
+        conlock(server)
+            .args(["-v", "run", "--key", name, "--kill-grace", grace, "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {p}; setsid sh -c 'trap \"\" TERM; echo $$ > {e}; exec sleep 600' & while [ ! -s {e} ]; do sleep 0.01; done; exit 0",
+                p = pidfile.display(),
+                e = escfile.display()
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    let escapee = read_pid(&escfile);
+    assert!(
+        wait_for(LONG, || read(&errors)
+            .contains("processes of the command remain")),
+        "conlock is not stopping the escapee: {}",
+        read(&errors)
+    );
+    assert!(wait_for(LONG, || !process_alive(child)));
+    (h, child, escapee, errors)
+}
+
+/// conlock stops what escaped from the command after the command's group is gone: it
+/// must never signal that group's ID again (it sent SIGKILL to it after --kill-grace,
+/// by then possibly an unrelated group).
+#[test]
+fn conlock_never_signals_a_group_it_saw_gone() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped conlock_never_signals_a_group_it_saw_gone: forcing a PID needs root (ns_last_pid)");
+        return;
+    }
+    let server = start_server();
+    let (mut h, child, escapee, errors) = reuse_while_escapee_runs(&server, "seen-gone", "3s");
+    let mut reused = force_pid(child).expect("could not create a process with the freed PID");
+    assert_eq!(unsafe { libc::getpgid(child) }, child);
+    let ended = std::thread::spawn(move || reused.wait().unwrap());
+    // After --kill-grace the escapee gets SIGKILL; then conlock releases and exits.
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(0),
+        "{}",
+        read(&errors)
+    );
+    assert!(!process_alive(escapee), "the escapee outlived conlock");
+    assert!(
+        !ended.is_finished(),
+        "conlock signalled an unrelated process group that reused the command's PID"
+    );
+    signal(child as u32, libc::SIGKILL);
+    ended.join().unwrap();
+}
+
+/// conlock is SIGKILLed while it stops what escaped from the command, after it saw the
+/// command's group gone: the guardian must not signal that group's ID (the guardian
+/// heard of it only once the escapees were gone, so it SIGKILLed the reused group).
+#[test]
+fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped guardian_never_signals_a_group_seen_gone_while_escapees_run: forcing a PID needs root (ns_last_pid)");
+        return;
+    }
+    let server = start_server();
+    let (mut h, child, escapee, errors) =
+        reuse_while_escapee_runs(&server, "seen-gone-guardian", "10s");
+    let mut reused = force_pid(child).expect("could not create a process with the freed PID");
+    assert_eq!(unsafe { libc::getpgid(child) }, child);
+    let ended = std::thread::spawn(move || reused.wait().unwrap());
+    signal(h.0.id(), libc::SIGKILL);
+    wait_exit(&mut h.0, LONG);
+    // The guardian releases once it has done with the group: by then it would have
+    // signalled it.
+    assert!(
+        wait_for(LONG, || read(&errors).contains("released")),
+        "the guardian did not release: {}",
+        read(&errors)
+    );
+    let unrelated_alive = !ended.is_finished();
+    // Escaped processes outlive a SIGKILLed conlock (docs/safety.md says so).
+    signal(escapee as u32, libc::SIGKILL);
+    signal(child as u32, libc::SIGKILL);
+    ended.join().unwrap();
+    assert!(
+        unrelated_alive,
+        "the guardian signalled an unrelated process group that reused the command's PID"
+    );
+}
+
 /// A process (in its own group) whose PID is `pid`, made by setting ns_last_pid.
 fn force_pid(pid: i32) -> Option<std::process::Child> {
     for _ in 0..500 {
@@ -459,6 +558,55 @@ fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
     assert_no_overlap(&log);
 }
 
+/// Case 5, the session lost while the survivor runs: nothing is left to hold, so conlock
+/// says the lock may pass beside the survivor and exits 124 (it exited with the
+/// command's 0).
+#[test]
+fn a_session_lost_while_a_survivor_runs_is_exit_124() {
+    let dir = scratch("eperm-lost");
+    let helper = match setuid_helper(&dir) {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("skipped a_session_lost_while_a_survivor_runs_is_exit_124: {why}");
+            return;
+        }
+    };
+    let server = start_server();
+    let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
+    let _stop = Stop(stop.clone());
+    let key = "eperm-lost";
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
+            .args(["--kill-grace", "1s", "--", "sh", "-c"])
+            .arg(format!(
+                "{} {l} {} & while ! grep -q 'S helper' {l}; do sleep 0.01; done; exit 0",
+                helper.display(),
+                stop.display(),
+                l = log.display(),
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        wait_for(LONG, || read(&errors).contains("survive SIGKILL")),
+        "conlock did not report the survivor: {}",
+        read(&errors)
+    );
+    let sid = holder(&client(&server), key).unwrap();
+    assert!(server.expire_session(&sid));
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(124),
+        "{}",
+        read(&errors)
+    );
+    assert!(read(&errors).contains("lock lost"), "{}", read(&errors));
+}
+
 /// Case 6: conlock is stopped (SIGSTOP) while its command runs and no renewal can get
 /// through. The guardian SIGKILLs the group by the deadline conlock last sent it.
 #[test]
@@ -506,10 +654,13 @@ fn guardian_kills_the_group_of_a_stopped_conlock_by_its_deadline() {
     );
     server.clear_fault();
     signal(h.0.id(), libc::SIGCONT);
-    let code = wait_exit(&mut h.0, LONG).code();
-    assert!(
-        code == Some(124) || code == Some(137),
-        "conlock exited with {code:?}"
+    // Lost, whichever conlock sees first once continued: its deadline, or the command's
+    // end by the guardian's SIGKILL (that was 137).
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(124),
+        "{}",
+        read(&errors)
     );
 }
 
@@ -569,6 +720,55 @@ fn guardian_kills_escaped_processes_of_a_stopped_conlock() {
     wait_exit(&mut h.0, LONG);
 }
 
+/// A stopped conlock: the guardian's watchdog kills the command but not the children
+/// conlock had before it (started by the shell that exec'd conlock), as conlock itself
+/// leaves them alone (the watchdog killed every descendant of conlock).
+#[test]
+fn guardian_spares_the_children_conlock_had_before_the_command() {
+    let server = start_server();
+    let dir = scratch("watchdog-prior");
+    let (pidfile, priorfile) = (dir.join("pid"), dir.join("prior"));
+    let mut h = KillOnDrop(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "sleep 600 & echo $! > {q}; exec {BIN} run --key watchdog-prior --ttl 10s --lock-delay 3s --kill-grace 1s -- sh -c 'echo $$ > {p}; exec sleep 600'",
+                q = priorfile.display(),
+                p = pidfile.display(),
+            ))
+            .env("CONSUL_HTTP_ADDR", server.addr().to_string())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    let prior = read_pid(&priorfile);
+    struct KillPid(i32);
+    impl Drop for KillPid {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _cleanup = KillPid(prior);
+    signal(h.0.id(), libc::SIGSTOP);
+    server.fault(FaultMode::Error, Duration::from_secs(600));
+    assert!(
+        wait_for(Duration::from_secs(90), || !process_alive(child)),
+        "the command of a stopped conlock was never killed"
+    );
+    // The watchdog fired; it would have killed the prior child in the same sweep, and
+    // again within its first second.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        process_alive(prior),
+        "the guardian killed a child conlock had before the command"
+    );
+    server.clear_fault();
+    signal(h.0.id(), libc::SIGCONT);
+    wait_exit(&mut h.0, LONG);
+}
+
 /// conlock's direct children, from every thread's list.
 fn children_of(pid: u32) -> Vec<i32> {
     let mut found = Vec::new();
@@ -611,6 +811,9 @@ fn conlock_outlives_its_guardian() {
         .into_iter()
         .find(|&p| p != command)
         .expect("conlock has a guardian child");
+    // Its own name: `killall -9 conlock` (an exact match) leaves it to clean up.
+    let comm = read(Path::new(&format!("/proc/{guardian}/comm")));
+    assert_eq!(comm.trim(), "conlock-guard", "the guardian's name");
     signal(guardian as u32, libc::SIGKILL);
     assert!(wait_for(LONG, || !process_alive(guardian)));
     File::create(&go).unwrap();

@@ -276,6 +276,88 @@ fn full_stderr_pipe_does_not_delay_the_stop() {
     println!("stop signal {signalled:?} after the loss with a full stderr pipe");
 }
 
+/// Case 6, pipe, with no room for a thread: the command uses up conlock's process limit,
+/// so the thread that writes conlock's messages cannot start when the lock is lost, and
+/// its stderr pipe is full. The stop must still go on: SIGKILL `--kill-grace` after the
+/// loss, then exit 124. (The "lock lost" line was written in place and blocked the
+/// supervising loop: no SIGKILL came from conlock, and it never exited.)
+#[test]
+fn full_stderr_and_no_room_for_a_thread_do_not_stop_the_stop() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run conlock under its own user ID");
+        return;
+    }
+    let server = start_server();
+    let dir = scratch("stderr-full-nproc");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (marker, pidfile) = (dir.join("running"), dir.join("pid"));
+    // The command ignores TERM: only a SIGKILL ends it.
+    let cmd = format!(
+        "exec 2>/dev/null; echo $$ > {}; trap '' TERM; exec sleep 600",
+        pidfile.display()
+    );
+    let mut c = conlock(&server);
+    // A user ID of its own, so that no other process counts against its limit of 6:
+    // conlock's main, signal, renew and monitor threads, the guardian and the command.
+    c.args([
+        "run",
+        "--key",
+        "stderr-full-nproc",
+        "--kill-grace",
+        "2s",
+        "--",
+    ])
+    .args(marked(&marker, &cmd))
+    .uid(61_928)
+    .gid(61_928)
+    .stderr(Stdio::piped());
+    unsafe {
+        c.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 6,
+                rlim_max: 6,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut h = KillOnDrop(c.spawn().unwrap());
+    assert!(wait_for(LONG, || marker.exists()), "the command never ran");
+    let child = read_pid(&pidfile);
+    let threads = || std::fs::read_dir(format!("/proc/{}/task", h.0.id())).map_or(0, |d| d.count());
+    assert!(
+        wait_for(LONG, || threads() == 4),
+        "conlock should run 4 threads (main, signals, renew, monitor), runs {}",
+        threads()
+    );
+    let filler = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{}/fd/2", h.0.id()))
+        .expect("open conlock's stderr pipe");
+    let chunk = [b'x'; 4096];
+    while (&filler).write(&chunk).is_ok() {}
+    while (&filler).write(b"x").is_ok() {}
+    let c = client(&server);
+    let session = holder(&c, "stderr-full-nproc").expect("a holder");
+    let lost = Instant::now();
+    c.session_destroy(&session).unwrap();
+    assert!(
+        wait_for(LONG, || !process_alive(child)),
+        "the command was never killed"
+    );
+    let killed = lost.elapsed();
+    // --kill-grace 2 s after the loss was seen; the guardian's own kill would come only
+    // after the deadline (a TTL later).
+    assert!(
+        killed < Duration::from_secs(6),
+        "the command was killed {killed:?} after the loss (--kill-grace 2s)"
+    );
+    assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
+}
+
 /// Case 7: Ctrl-Z stops the command and conlock; the shell gets its prompt back and
 /// reports the job stopped. `fg` continues both, with the terminal, and the command
 /// finishes normally.

@@ -414,3 +414,85 @@ fn lock_delay_is_capped_and_unsafe_timings_are_refused() {
     assert!(said.contains("after 1m0s (lock-delay)"), "{said}");
     assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
 }
+
+/// A relay that, once an acquiring transaction went through it, invalidates the session
+/// of the next `session/renew` before passing the renewal on: the session ends between
+/// the acquisition and the renewal a waiter makes before it starts its command.
+fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for down in listener.incoming().flatten() {
+            let up = TcpStream::connect(server.addr()).unwrap();
+            let (server, armed) = (server.clone(), armed.clone());
+            let (mut d_read, mut u_write) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n) = d_read.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    if text.contains("PUT /v1/txn") {
+                        armed.store(true, Ordering::SeqCst);
+                    } else if let Some(at) = text.find("PUT /v1/session/renew/") {
+                        if armed.swap(false, Ordering::SeqCst) {
+                            let id: String = text[at + 22..].chars().take(36).collect();
+                            assert!(server.expire_session(&id), "no session {id}");
+                        }
+                    }
+                    if u_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let (mut u_read, mut d_write) = (up, down);
+            std::thread::spawn(move || std::io::copy(&mut u_read, &mut d_write));
+        }
+    });
+    addr
+}
+
+/// A waiter that waited longer than TTL/2 renews its session before it starts the
+/// command; a session invalidated right then is a loss before the command started:
+/// exit 124, the command never runs, nothing is left behind (it was 125, an internal
+/// error).
+#[test]
+fn session_lost_right_after_acquiring_is_exit_124() {
+    let server = Arc::new(start_server());
+    let dir = scratch("lost-after-acquire");
+    let ran = dir.join("ran");
+    let holder = crate::common::create_session(server.addr(), serde_json::json!({}));
+    let flags = conlock::consul::LOCK_FLAGS;
+    let path = format!("/v1/kv/after-acquire?acquire={holder}&flags={flags}");
+    assert_eq!(
+        crate::common::put(server.addr(), &path, b"").text().trim(),
+        "true"
+    );
+    let relay = expire_on_renew_relay(server.clone());
+    let mut w = KillOnDrop(
+        conlock_at(relay)
+            .args(["run", "--key", "after-acquire", "--ttl", "10s", "--"])
+            .args(marked(&ran, "true"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2), "the waiter made no session");
+    // Waiting (not renewing) for more than TTL/2 since its session was made: the waiter
+    // renews before it starts the command. The wait is the condition itself.
+    std::thread::sleep(Duration::from_secs(6));
+    crate::common::put(
+        server.addr(),
+        &format!("/v1/kv/after-acquire?release={holder}&flags={flags}"),
+        b"",
+    );
+    let status = wait_exit(&mut w.0, LONG);
+    let mut err = String::new();
+    w.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(124), "{err}");
+    assert!(err.contains("invalidated right after acquiring"), "{err}");
+    assert!(!ran.exists(), "the command ran");
+    assert!(wait_sessions(&server, 1), "the waiter's session is left");
+}
