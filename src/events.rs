@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -72,7 +72,8 @@ pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
         // One write per line, so concurrent writers (several conlocks on one file opened
         // for appending) never interleave within a line. A failure ends the events,
         // never the run.
-        let queue = ui::Queue::new("events", move |line| match file.write_all(line) {
+        let fd = file.as_raw_fd();
+        let queue = ui::Queue::new("events", fd, move |line| match file.write_all(line) {
             Ok(()) => true,
             Err(e) => {
                 ui::warn(format_args!("cannot write --events: {e}; no more events"));

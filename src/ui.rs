@@ -1,6 +1,8 @@
 //! Messages on stderr: errors always, progress with -v, nothing extra with -q.
 
+use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -37,6 +39,8 @@ pub fn stderr_is_terminal() -> bool {
 /// nothing costs no thread.
 pub struct Queue {
     name: String,
+    /// Where `write` writes: polled before an exit-time write in place.
+    fd: RawFd,
     state: Mutex<Writer>,
     /// Chunks sent and not yet written; the writer notifies after each one.
     pending: Arc<(Mutex<usize>, Condvar)>,
@@ -49,20 +53,21 @@ enum Writer {
     Idle(WriteFn),
     Running(Sender<Vec<u8>>),
     /// The thread could not start (a process limit, which the command may be using up):
-    /// what was sent is kept, up to `KEPT_MAX` bytes, and the thread is tried again with
-    /// the next message and at `flush`. Never written in place: a write that blocks (a
-    /// full pipe nobody reads) would hold up supervision.
-    Unstarted(WriteFn, Vec<Vec<u8>>),
+    /// what was sent is kept, the newest `KEPT_MAX` bytes, and the thread is tried again
+    /// with the next message and at `flush`. Never written in place while conlock runs:
+    /// a write that blocks (a full pipe nobody reads) would hold up supervision.
+    Unstarted(WriteFn, VecDeque<Vec<u8>>),
 }
 
-/// What an unstarted writer keeps at most; later messages are dropped.
+/// What an unstarted writer keeps at most; the oldest messages go first.
 const KEPT_MAX: usize = 64 * 1024;
 
 impl Queue {
-    /// `write` returns false to stop writing (what follows is dropped).
-    pub fn new(name: &str, write: impl FnMut(&[u8]) -> bool + Send + 'static) -> Queue {
+    /// `write` writes to `fd`; it returns false to stop writing (what follows is dropped).
+    pub fn new(name: &str, fd: RawFd, write: impl FnMut(&[u8]) -> bool + Send + 'static) -> Queue {
         Queue {
             name: name.into(),
+            fd,
             state: Mutex::new(Writer::Idle(Box::new(write))),
             pending: Arc::new((Mutex::new(0usize), Condvar::new())),
         }
@@ -74,8 +79,9 @@ impl Queue {
         match &mut *state {
             Writer::Running(tx) => self.hand_over(tx, bytes),
             Writer::Unstarted(_, kept) => {
-                if kept.iter().map(Vec::len).sum::<usize>() + bytes.len() <= KEPT_MAX {
-                    kept.push(bytes);
+                kept.push_back(bytes);
+                while kept.len() > 1 && kept.iter().map(Vec::len).sum::<usize>() > KEPT_MAX {
+                    kept.pop_front();
                 }
             }
             Writer::Idle(_) => {}
@@ -93,7 +99,7 @@ impl Queue {
     /// Starts the thread if it is not running, handing it what was kept.
     fn try_start(&self, state: &mut Writer) {
         let (write, kept) = match std::mem::replace(state, Writer::Idle(Box::new(|_| true))) {
-            Writer::Idle(write) => (write, Vec::new()),
+            Writer::Idle(write) => (write, VecDeque::new()),
             Writer::Unstarted(write, kept) => (write, kept),
             running => {
                 *state = running;
@@ -147,11 +153,24 @@ impl Queue {
     /// Waits until everything sent is written, but never longer than 2 s without
     /// progress: nobody reads what stays blocked that long.
     pub fn flush(&self) {
-        // Kept messages get one more chance (the command, and its processes, are gone).
+        // Kept messages: one more try at the thread, else written in place, each once
+        // `fd` takes it within 2 s (supervision is over; a pipe nobody reads is given up).
         {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if matches!(&*state, Writer::Unstarted(..)) {
                 self.try_start(&mut state);
+            }
+            if let Writer::Unstarted(write, kept) = &mut *state {
+                while let Some(bytes) = kept.pop_front() {
+                    let mut pfd = libc::pollfd {
+                        fd: self.fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    if unsafe { libc::poll(&mut pfd, 1, 2000) } != 1 || !write(&bytes) {
+                        kept.clear();
+                    }
+                }
             }
         }
         let (n, written) = &*self.pending;
@@ -185,7 +204,7 @@ pub fn detach() {
     if w.is_some() {
         return;
     }
-    *w = Some(Arc::new(Queue::new("stderr", |b| {
+    *w = Some(Arc::new(Queue::new("stderr", libc::STDERR_FILENO, |b| {
         let _ = std::io::stderr().write_all(b);
         true
     })));

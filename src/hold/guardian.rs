@@ -675,7 +675,30 @@ fn kill_descendants(conlock_pid: i32, prior: &[(i32, u64)]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{line, single_threaded, Msg};
+    use super::{line, single_threaded, BootInstant, Known, Msg};
+
+    /// `GroupGone` (escaped processes may still run) keeps the watchdog armed but stops
+    /// signals to the group; `CommandGone` (sent also when a spawn fails) disarms it.
+    #[test]
+    fn the_watchdog_is_armed_until_the_whole_command_is_gone() {
+        let mut k = Known::default();
+        k.apply(Msg::ProcessGroup(4242));
+        k.apply(Msg::Deadline(BootInstant::now().as_nanos()));
+        assert!(k.watchdog().is_some() && k.live_group() == Some(4242));
+        k.apply(Msg::GroupGone);
+        assert!(
+            k.watchdog().is_some(),
+            "disarmed while escaped processes may run"
+        );
+        assert_eq!(k.live_group(), None);
+        k.apply(Msg::CommandGone);
+        assert!(k.watchdog().is_none());
+        let mut k = Known::default();
+        k.apply(Msg::ProcessGroup(4242));
+        k.apply(Msg::Deadline(BootInstant::now().as_nanos()));
+        k.apply(Msg::CommandGone);
+        assert!(k.watchdog().is_none() && k.live_group().is_none());
+    }
 
     #[test]
     fn a_process_group_line_is_what_the_spawned_child_writes() {

@@ -335,11 +335,6 @@ fn hold_guarded(
             claim.describe()
         ));
     }
-    // The whole command is gone (the guardian heard of its group as soon as that was
-    // seen gone): its watchdog has nothing left to stop.
-    if let Some(g) = guardian {
-        g.command_gone();
-    }
     let outcome = match (outcome, spec.min_hold) {
         (o @ (Outcome::Exited(_) | Outcome::MaxTime), Some(min)) => {
             match min_hold(&rx, started + min, &|| session.deadline()) {

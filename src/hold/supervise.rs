@@ -210,6 +210,8 @@ pub struct Child {
     group_gone: AtomicBool,
     /// The guardian was told the group is gone (`announce_group_gone`).
     group_gone_told: AtomicBool,
+    /// The guardian was told the whole command is gone (`announce_command_gone`).
+    command_gone_told: AtomicBool,
     guardian: Option<Arc<Guardian>>,
 }
 
@@ -248,7 +250,7 @@ impl Child {
         let pipe = guardian.and_then(|g| g.pipe_copy());
         let announce_gone = || {
             if let Some(g) = guardian {
-                g.group_gone();
+                g.command_gone();
             }
         };
         let setup = super::spawn::Setup {
@@ -317,6 +319,7 @@ impl Child {
             prior: prior.0,
             group_gone: AtomicBool::new(false),
             group_gone_told: AtomicBool::new(false),
+            command_gone_told: AtomicBool::new(false),
             guardian: guardian.cloned(),
         }))
     }
@@ -327,7 +330,7 @@ impl Child {
 
     /// Sends a signal to the whole process group.
     pub fn signal_group(&self, sig: Signal) {
-        if self.group_gone.load(Ordering::SeqCst) {
+        if self.group_is_gone() {
             return;
         }
         match kill(Pid::from_raw(-self.pid.as_raw()), sig) {
@@ -340,7 +343,7 @@ impl Child {
     }
 
     fn signal_raw(&self, sig: i32) {
-        if self.group_gone.load(Ordering::SeqCst) {
+        if self.group_is_gone() {
             return;
         }
         unsafe {
@@ -366,6 +369,28 @@ impl Child {
         false
     }
 
+    /// Whether no process has the group's ID (latched): checked right before each signal
+    /// to the group, so that one sent after the leader was reaped (the group may be
+    /// empty, its ID free) finds out first.
+    fn group_is_gone(&self) -> bool {
+        if !self.group_gone.load(Ordering::SeqCst)
+            && super::pgroup::no_such_group(self.pid.as_raw())
+        {
+            self.group_gone.store(true, Ordering::SeqCst);
+        }
+        self.group_gone.load(Ordering::SeqCst)
+    }
+
+    /// Tells the guardian once that the whole command is gone (the group and what
+    /// escaped): its watchdog is disarmed, and it never signals the group's ID.
+    fn announce_command_gone(&self) {
+        if !self.command_gone_told.swap(true, Ordering::SeqCst) {
+            if let Some(g) = &self.guardian {
+                g.command_gone();
+            }
+        }
+    }
+
     /// Tells the guardian once that the group is gone, if it was seen gone, while what
     /// escaped from it is still being stopped (and conlock may die meanwhile). When
     /// nothing escaped, `Guardian::command_gone` says it right after, in one write less.
@@ -381,14 +406,25 @@ impl Child {
 
     /// Live descendants that left the group and were re-parented to conlock.
     fn escapees(&self) -> Vec<Proc> {
-        adopted_children(&self.prior, self.pid.as_raw())
+        // Once the group's ID is free, a process of the command that gets it as its PID
+        // and leads a group of that ID (`setsid`) is no member of the command's group:
+        // every adopted child counts then.
+        let pgid = if self.group_gone.load(Ordering::SeqCst) {
+            i32::MIN
+        } else {
+            self.pid.as_raw()
+        };
+        adopted_children(&self.prior, pgid)
     }
 
-    /// True while the group or an escaped descendant is alive.
+    /// True while the group or an escaped descendant is alive. Tells the guardian what
+    /// it finds gone.
     pub fn alive(&self) -> bool {
         let alive = self.group_alive() || !self.escapees().is_empty();
         if alive {
             self.announce_group_gone();
+        } else {
+            self.announce_command_gone();
         }
         alive
     }
@@ -761,6 +797,7 @@ fn wait_gone(
             Vec::new()
         };
         if !group && escaped.is_empty() {
+            child.announce_command_gone();
             return true;
         }
         child.announce_group_gone();

@@ -318,6 +318,89 @@ fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
     );
 }
 
+/// After the command's group is gone, a process of the command (here the child of an
+/// escaped process) gets the group's former ID as its PID and leads a group of that ID
+/// (`setsid`). It is no member of the command's group, but it is the command's: once
+/// re-parented to conlock it must be stopped before the release.
+#[test]
+fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped a_command_process_that_gets_the_gone_groups_id_is_still_stopped: forcing a PID needs root (ns_last_pid)");
+        return;
+    }
+    let server = start_server();
+    let dir = scratch("gone-id-reused-by-command");
+    let (pidfile, escfile, errors) = (dir.join("pid"), dir.join("esc"), dir.join("stderr"));
+    let (go, wfile) = (dir.join("go"), dir.join("w"));
+    // The escaped process waits (without forking) for `go.N`, then starts W in a session
+    // of its own (its first fork since `go.N`), as often as asked.
+    let escaped = format!(
+        "trap '' TERM; echo $$ > {e}; n=0; while :; do while [ ! -e {go}.$n ]; do :; done; n=$((n+1)); setsid sleep 600 & echo $! > {w}.new; mv {w}.new {w}; done",
+        e = escfile.display(),
+        go = go.display(),
+        w = wfile.display()
+    );
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["-v", "run", "--key", "gone-id", "--kill-grace", "10s", "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$ > {p}; setsid sh -c \"$0\" & while [ ! -s {e} ]; do sleep 0.01; done; exit 0",
+                p = pidfile.display(),
+                e = escfile.display()
+            ))
+            .arg(&escaped)
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let child = read_pid(&pidfile);
+    let escapee = read_pid(&escfile);
+    struct KillPids(Vec<i32>);
+    impl Drop for KillPids {
+        fn drop(&mut self) {
+            for &p in &self.0 {
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        }
+    }
+    let mut cleanup = KillPids(vec![escapee]);
+    assert!(
+        wait_for(LONG, || read(&errors)
+            .contains("processes of the command remain")),
+        "conlock is not stopping the escaped process: {}",
+        read(&errors)
+    );
+    assert!(wait_for(LONG, || !process_alive(child)));
+    // W gets the command's PID.
+    let mut w = 0;
+    for n in 0..200 {
+        let _ = std::fs::remove_file(&wfile);
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (child - 1).to_string()).unwrap();
+        File::create(format!("{}.{n}", go.display())).unwrap();
+        assert!(wait_for(LONG, || wfile.exists()));
+        w = read_pid(&wfile);
+        cleanup.0.push(w);
+        if w == child {
+            break;
+        }
+        signal(w as u32, libc::SIGKILL);
+    }
+    assert_eq!(w, child, "could not give W the command's PID");
+    assert!(wait_for(LONG, || unsafe { libc::getpgid(w) } == w));
+    // After --kill-grace the escaped process gets SIGKILL, W is re-parented to conlock,
+    // and it must get SIGKILL too before conlock releases and exits.
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(0),
+        "{}",
+        read(&errors)
+    );
+    assert!(
+        !process_alive(w),
+        "conlock released while a process of the command that got the group's ID ran"
+    );
+}
+
 /// A process (in its own group) whose PID is `pid`, made by setting ns_last_pid.
 fn force_pid(pid: i32) -> Option<std::process::Child> {
     for _ in 0..500 {
