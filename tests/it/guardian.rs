@@ -355,15 +355,19 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
     );
     let child = read_pid(&pidfile);
     let escapee = read_pid(&escfile);
-    struct KillPids(Vec<i32>);
+    // Killed at the end only if still the same process: a PID freed meanwhile may be
+    // another test's by then.
+    struct KillPids(Vec<(i32, Option<u64>)>);
     impl Drop for KillPids {
         fn drop(&mut self) {
-            for &p in &self.0 {
-                unsafe { libc::kill(p, libc::SIGKILL) };
+            for &(p, start) in &self.0 {
+                if start.is_some() && start_time(p) == start {
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
             }
         }
     }
-    let mut cleanup = KillPids(vec![escapee]);
+    let mut cleanup = KillPids(vec![(escapee, start_time(escapee))]);
     assert!(
         wait_for(LONG, || read(&errors)
             .contains("processes of the command remain")),
@@ -379,8 +383,8 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
         File::create(format!("{}.{n}", go.display())).unwrap();
         assert!(wait_for(LONG, || wfile.exists()));
         w = read_pid(&wfile);
-        cleanup.0.push(w);
         if w == child {
+            cleanup.0.push((w, start_time(w)));
             break;
         }
         signal(w as u32, libc::SIGKILL);
@@ -399,6 +403,17 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
         !process_alive(w),
         "conlock released while a process of the command that got the group's ID ran"
     );
+}
+
+/// When `pid` started (clock ticks since boot), if it exists.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// A process (in its own group) whose PID is `pid`, made by setting ns_last_pid.
@@ -827,13 +842,17 @@ fn guardian_spares_the_children_conlock_had_before_the_command() {
     );
     let child = read_pid(&pidfile);
     let prior = read_pid(&priorfile);
-    struct KillPid(i32);
+    // Killed at the end only if still the same process (a freed PID may be another
+    // test's by then).
+    struct KillPid(i32, Option<u64>);
     impl Drop for KillPid {
         fn drop(&mut self) {
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
+            if self.1.is_some() && start_time(self.0) == self.1 {
+                unsafe { libc::kill(self.0, libc::SIGKILL) };
+            }
         }
     }
-    let _cleanup = KillPid(prior);
+    let _cleanup = KillPid(prior, start_time(prior));
     signal(h.0.id(), libc::SIGSTOP);
     server.fault(FaultMode::Error, Duration::from_secs(600));
     assert!(
