@@ -160,17 +160,9 @@ impl Queue {
             if matches!(&*state, Writer::Unstarted(..)) {
                 self.try_start(&mut state);
             }
-            if let Writer::Unstarted(write, kept) = &mut *state {
-                while let Some(bytes) = kept.pop_front() {
-                    let mut pfd = libc::pollfd {
-                        fd: self.fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    if unsafe { libc::poll(&mut pfd, 1, 2000) } != 1 || !write(&bytes) {
-                        kept.clear();
-                    }
-                }
+            if let Writer::Unstarted(_, kept) = &mut *state {
+                let bytes: Vec<u8> = kept.drain(..).flatten().collect();
+                write_waiting(self.fd, &bytes, Duration::from_secs(2));
             }
         }
         let (n, written) = &*self.pending;
@@ -191,6 +183,31 @@ impl Queue {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+/// Writes `bytes` to `fd` in pieces of at most PIPE_BUF, each once `fd` takes it (a pipe
+/// with room for one takes it whole, without blocking); gives up after `patience`
+/// without progress.
+fn write_waiting(fd: RawFd, mut bytes: &[u8], patience: Duration) {
+    while !bytes.is_empty() {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        if unsafe { libc::poll(&mut pfd, 1, patience.as_millis() as i32) } != 1 {
+            return;
+        }
+        let piece = bytes.len().min(libc::PIPE_BUF);
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), piece) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
     }
 }
 
@@ -334,6 +351,33 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// At exit, kept messages go to a pipe nobody reads: what fits is written, then the
+    /// write gives up instead of blocking for good (a poll for room, then one big write,
+    /// blocked once the room was smaller than the write).
+    #[test]
+    fn an_exit_write_to_a_full_pipe_gives_up() {
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (r, w) = (fds[0], fds[1]);
+        unsafe { libc::fcntl(w, libc::F_SETFL, libc::O_NONBLOCK) };
+        let page = [b'x'; 4096];
+        while unsafe { libc::write(w, page.as_ptr().cast(), page.len()) } > 0 {}
+        unsafe { libc::fcntl(w, libc::F_SETFL, 0) };
+        // Room for one page: poll says writable.
+        let mut buf = [0u8; 4096];
+        assert_eq!(
+            unsafe { libc::read(r, buf.as_mut_ptr().cast(), buf.len()) },
+            4096
+        );
+        let t0 = Instant::now();
+        write_waiting(w, &[b'y'; 10 * 1024], Duration::from_millis(300));
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+    }
 
     #[test]
     fn formats_utc_timestamps() {

@@ -20,7 +20,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,7 +70,12 @@ pub struct Guardian {
     conn: Mutex<Option<Vec<u8>>>,
     /// A deadline not written yet (0: none): sent with the next message.
     pending_deadline: AtomicU64,
+    /// `GroupGone` (1) and `CommandGone` (2) not written yet: sent with the next message.
+    pending_gone: AtomicU8,
 }
+
+const GROUP_GONE: u8 = 1;
+const COMMAND_GONE: u8 = 2;
 
 impl Guardian {
     /// Starts the guardian (or takes the one forked at start); `None` (with a warning)
@@ -89,6 +94,7 @@ impl Guardian {
             pipe: Mutex::new(Some(pipe)),
             conn: Mutex::new(Some(line(&Msg::Conn(Box::new(conn.clone()))))),
             pending_deadline: AtomicU64::new(0),
+            pending_gone: AtomicU8::new(0),
         }))
     }
 
@@ -118,7 +124,7 @@ impl Guardian {
         self.pending_deadline
             .store(at.as_nanos().max(1), Ordering::SeqCst);
         if let Ok(mut pipe) = self.pipe.try_lock() {
-            self.flush_deadline(&mut pipe);
+            self.flush_pending(&mut pipe);
         }
     }
 
@@ -132,21 +138,32 @@ impl Guardian {
 
     /// Sends a deadline the renew thread could not (the pipe was busy), if there is one.
     pub fn flush(&self) {
-        self.flush_deadline(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
+        self.flush_pending(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// The command's group is gone; from now on the guardian never signals its ID.
+    /// Never blocks (it is sent while escaped processes are being stopped): if the pipe
+    /// is full, it goes out with the next message.
     pub fn group_gone(&self) {
-        self.send(&Msg::GroupGone);
+        self.gone(GROUP_GONE);
     }
 
-    /// The whole command is gone (its group too); the watchdog is disarmed.
+    /// The whole command is gone (its group too); the watchdog is disarmed. Never
+    /// blocks, like `group_gone`.
     pub fn command_gone(&self) {
-        self.send(&Msg::CommandGone);
+        self.gone(COMMAND_GONE);
+    }
+
+    fn gone(&self, what: u8) {
+        self.pending_gone.fetch_or(what, Ordering::SeqCst);
+        self.flush_pending(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// Everything ended normally: the guardian exits without doing anything.
     pub fn done(&self) {
+        // Nothing pending matters any more, and the guardian exits at `Done`.
+        self.pending_gone.store(0, Ordering::SeqCst);
+        self.pending_deadline.store(0, Ordering::SeqCst);
         self.send(&Msg::Done);
         self.pipe.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
@@ -157,13 +174,40 @@ impl Guardian {
 
     fn send_lines(&self, lines: &[u8]) {
         let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
+        // What is pending first, in the order it came.
+        self.flush_pending(&mut pipe);
         if let Some(p) = pipe.as_mut() {
             if write_all_waiting(p, lines).is_err() {
                 gone_warning(&mut pipe);
                 return;
             }
         }
-        self.flush_deadline(&mut pipe);
+        self.flush_pending(&mut pipe);
+    }
+
+    /// Writes what is pending (the group or command gone, a deadline), without blocking.
+    fn flush_pending(&self, pipe: &mut Option<File>) {
+        let Some(p) = pipe.as_mut() else { return };
+        let gone = self.pending_gone.swap(0, Ordering::SeqCst);
+        if gone != 0 {
+            let msg = if gone & COMMAND_GONE != 0 {
+                Msg::CommandGone
+            } else {
+                Msg::GroupGone
+            };
+            // One line below PIPE_BUF: written whole or not at all.
+            match p.write(&line(&msg)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.pending_gone.fetch_or(gone, Ordering::SeqCst);
+                }
+                Err(_) => {
+                    gone_warning(pipe);
+                    return;
+                }
+            }
+        }
+        self.flush_deadline(pipe);
     }
 
     fn flush_deadline(&self, pipe: &mut Option<File>) {

@@ -1,7 +1,7 @@
 //! The guardian (conlock killed or stuck) and surviving process groups, on the real binary.
 
 use std::fs::File;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -402,6 +402,85 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
     assert!(
         !process_alive(w),
         "conlock released while a process of the command that got the group's ID ran"
+    );
+}
+
+/// The pipe inode behind each of `pid`'s descriptors, as (fd, inode).
+fn pipe_fds(pid: u32) -> Vec<(String, String)> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            let target = target.to_str()?.strip_prefix("pipe:")?.to_string();
+            Some((e.file_name().to_str()?.to_string(), target))
+        })
+        .collect()
+}
+
+/// The guardian is stopped and its pipe is full when the command's group is found gone
+/// while an escaped process still runs: telling the guardian must not hold up the stop
+/// (it waited for room in the pipe, so the escaped process never got its SIGKILL).
+#[test]
+fn a_stopped_guardian_with_a_full_pipe_does_not_hold_up_the_stop() {
+    let server = start_server();
+    let dir = scratch("guardian-pipe-full");
+    let (pidfile, escfile, go) = (dir.join("pid"), dir.join("esc"), dir.join("go"));
+    let errors = dir.join("stderr");
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "guardian-pipe-full", "--kill-grace", "2s", "--"])
+            .args(["sh", "-c"])
+            .arg(format!(
+                "echo $$ > {p}; setsid sh -c 'trap \"\" TERM; echo $$ > {e}; exec sleep 600' & while [ ! -e {go} ]; do sleep 0.01; done; exit 0",
+                p = pidfile.display(),
+                e = escfile.display(),
+                go = go.display()
+            ))
+            .stderr(File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let command = read_pid(&pidfile);
+    let escapee = read_pid(&escfile);
+    let escapee_start = start_time(escapee);
+    let guardian = children_of(h.0.id())
+        .into_iter()
+        .find(|&p| p != command)
+        .expect("conlock has a guardian child");
+    signal(guardian as u32, libc::SIGSTOP);
+    // conlock's write end of the guardian's pipe, filled through /proc.
+    let theirs: Vec<String> = pipe_fds(guardian as u32)
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
+    let (fd, _) = pipe_fds(h.0.id())
+        .into_iter()
+        .find(|(_, inode)| theirs.contains(inode))
+        .expect("conlock's end of the guardian's pipe");
+    let filler = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{}/fd/{fd}", h.0.id()))
+        .unwrap();
+    while std::io::Write::write(&mut &filler, &[b'\n'; 4096]).is_ok() {}
+    while std::io::Write::write(&mut &filler, b"\n").is_ok() {}
+    File::create(&go).unwrap();
+    let gone = wait_for(Duration::from_secs(20), || !process_alive(escapee));
+    signal(guardian as u32, libc::SIGCONT);
+    if !gone && start_time(escapee) == escapee_start {
+        signal(escapee as u32, libc::SIGKILL);
+    }
+    assert!(
+        gone,
+        "the escaped process was not stopped while the guardian's pipe was full: {}",
+        read(&errors)
+    );
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(0),
+        "{}",
+        read(&errors)
     );
 }
 
