@@ -607,6 +607,10 @@ pub fn supervise(
     while status.is_none() {
         let now = Instant::now();
         let mut wake = now + Duration::from_secs(3600);
+        // The deadline as it was before the wait: a confirmation answered while conlock
+        // was stopped can move it on once continued, after the guardian killed the
+        // command at the old one. On CLOCK_BOOTTIME: a suspend counts.
+        let due_before = BootInstant::from_instant(session_deadline());
         if lost.is_none() {
             wake = wake.min(session_deadline());
         }
@@ -696,13 +700,15 @@ pub fn supervise(
             }
         }
         let due = session_deadline();
-        if lost.is_none()
-            && (status.is_none() || killed_past_deadline(status, killed))
-            && now >= due
-        {
+        let passed = if status.is_none() {
+            now >= due
+        } else {
+            killed_past_deadline(status, killed) && due_before.has_passed()
+        };
+        if lost.is_none() && passed {
             lose(
                 DEADLINE_PASSED.to_string(),
-                due,
+                due.min(due_before.to_instant()),
                 &mut lost,
                 &mut kill_at,
                 &mut stopped,
