@@ -675,25 +675,33 @@ fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
     assert_no_overlap(&log);
 }
 
-/// Case 5 (conlock side): the command exits and leaves a setuid survivor in its group.
-/// conlock must keep the session (renewing) until the survivor ends, then release and
-/// exit with the command's code; the old one stopped renewing and exited at once.
-#[test]
-fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
-    let dir = scratch("eperm-conlock");
+/// conlock as `nobody`, whose command leaves a setuid-root helper (which it may not
+/// signal) in its group and exits; the helper ends when `stop` appears.
+struct SurvivorRun {
+    server: conlock::devserver::DevServer,
+    h: KillOnDrop,
+    log: PathBuf,
+    stop: PathBuf,
+    errors: PathBuf,
+    _stop: Stop,
+}
+
+/// Starts a `SurvivorRun` on `key` once the helper runs; `None` (saying why `test` is
+/// skipped) where a setuid helper cannot be made.
+fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
+    let dir = scratch(key);
     let helper = match setuid_helper(&dir) {
         Ok(h) => h,
         Err(why) => {
-            eprintln!("skipped conlock_keeps_the_lock_while_a_setuid_survivor_runs: {why}");
-            return;
+            eprintln!("skipped {test}: {why}");
+            return None;
         }
     };
     let server = start_server();
     let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
     let _stop = Stop(stop.clone());
-    let key = "eperm-conlock";
     // The helper is left behind in the group once it runs as root; then the shell exits.
-    let mut h = KillOnDrop(
+    let h = KillOnDrop(
         conlock(&server)
             .uid(NOBODY)
             .gid(NOBODY)
@@ -710,6 +718,33 @@ fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
             .unwrap(),
     );
     assert!(wait_for(LONG, || read(&log).contains("S helper")));
+    Some(SurvivorRun {
+        server,
+        h,
+        log,
+        stop,
+        errors,
+        _stop,
+    })
+}
+
+/// Case 5 (conlock side): the command exits and leaves a setuid survivor in its group.
+/// conlock must keep the session (renewing) until the survivor ends, then release and
+/// exit with the command's code; the old one stopped renewing and exited at once.
+#[test]
+fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
+    let key = "eperm-conlock";
+    let Some(SurvivorRun {
+        server,
+        mut h,
+        log,
+        stop,
+        errors,
+        _stop,
+    }) = survivor_run("conlock_keeps_the_lock_while_a_setuid_survivor_runs", key)
+    else {
+        return;
+    };
     let sid = holder(&client(&server), key).unwrap();
     let mut w = KillOnDrop(
         conlock(&server)
@@ -740,34 +775,17 @@ fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
 /// command's 0).
 #[test]
 fn a_session_lost_while_a_survivor_runs_is_exit_124() {
-    let dir = scratch("eperm-lost");
-    let helper = match setuid_helper(&dir) {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipped a_session_lost_while_a_survivor_runs_is_exit_124: {why}");
-            return;
-        }
-    };
-    let server = start_server();
-    let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
-    let _stop = Stop(stop.clone());
     let key = "eperm-lost";
-    let mut h = KillOnDrop(
-        conlock(&server)
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
-            .args(["--kill-grace", "1s", "--", "sh", "-c"])
-            .arg(format!(
-                "{} {l} {} & while ! grep -q 'S helper' {l}; do sleep 0.01; done; exit 0",
-                helper.display(),
-                stop.display(),
-                l = log.display(),
-            ))
-            .stderr(File::create(&errors).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let Some(SurvivorRun {
+        server,
+        mut h,
+        errors,
+        _stop,
+        ..
+    }) = survivor_run("a_session_lost_while_a_survivor_runs_is_exit_124", key)
+    else {
+        return;
+    };
     assert!(
         wait_for(LONG, || read(&errors).contains("survive SIGKILL")),
         "conlock did not report the survivor: {}",

@@ -275,3 +275,21 @@ pub fn wait_sessions(server: &DevServer, n: usize) -> bool {
             .unwrap_or(false)
     })
 }
+
+/// Runs `cmd` under a process limit (RLIMIT_NPROC, which counts threads too) of `n`.
+pub fn limit_processes(cmd: &mut Command, n: libc::rlim_t) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

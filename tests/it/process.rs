@@ -311,18 +311,7 @@ fn full_stderr_and_no_room_for_a_thread_do_not_stop_the_stop() {
     .uid(61_928)
     .gid(61_928)
     .stderr(Stdio::piped());
-    unsafe {
-        c.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 6,
-                rlim_max: 6,
-            };
-            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_processes(&mut c, 6);
     let mut h = KillOnDrop(c.spawn().unwrap());
     assert!(wait_for(LONG, || marker.exists()), "the command never ran");
     let child = read_pid(&pidfile);
@@ -764,17 +753,7 @@ fn a_command_that_uses_up_the_process_limit_keeps_the_lock() {
         .uid(UID)
         .gid(UID)
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 40,
-                rlim_max: 40,
-            };
-            libc::setrlimit(libc::RLIMIT_NPROC, &lim);
-            Ok(())
-        });
-    }
+    limit_processes(&mut cmd, 40);
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");

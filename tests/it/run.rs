@@ -651,18 +651,7 @@ fn no_room_for_the_renew_thread_is_exit_125() {
     cmd.args(["run", "--key", "nproc", "--", "true"])
         .uid(61_927)
         .gid(61_927);
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 3,
-                rlim_max: 3,
-            };
-            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_processes(&mut cmd, 3);
     let out = match cmd.output() {
         Ok(out) => out,
         Err(e) => {
