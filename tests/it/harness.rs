@@ -293,3 +293,24 @@ pub fn limit_processes(cmd: &mut Command, n: libc::rlim_t) {
         });
     }
 }
+
+/// Fills the pipe behind descriptor `fd` of process `pid` with `byte`, through a second,
+/// non-blocking write end: from then on a blocking write to it blocks. Returns how many
+/// bytes went in.
+pub fn fill_pipe(pid: u32, fd: &str, byte: u8) -> usize {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let filler = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .expect("open the pipe through /proc");
+    let mut filled = 0;
+    // Pages, then single bytes: a partly filled last page still takes small writes.
+    for size in [4096, 1] {
+        while let Ok(n) = (&filler).write(&vec![byte; size]) {
+            filled += n;
+        }
+    }
+    filled
+}

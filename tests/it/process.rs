@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -242,27 +241,8 @@ fn full_stderr_pipe_does_not_delay_the_stop() {
             .unwrap(),
     );
     assert!(wait_for(LONG, || marker.exists()), "the command never ran");
-    // Fill the pipe through a second, non-blocking write end: from now on, any write
-    // to conlock's stderr blocks.
-    let filler = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/{}/fd/2", h.0.id()))
-        .expect("open conlock's stderr pipe");
-    let chunk = [b'x'; 4096];
-    let mut filled = 0;
-    loop {
-        match (&filler).write(&chunk) {
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => panic!("filling the pipe: {e}"),
-        }
-    }
-    // Single bytes too: a partly filled last page still takes small writes.
-    while (&filler).write(b"x").is_ok() {
-        filled += 1;
-    }
-    assert!(filled > 0);
+    // From now on, any write to conlock's stderr blocks.
+    assert!(fill_pipe(h.0.id(), "2", b'x') > 0);
     let c = client(&server);
     let session = holder(&c, "stderr-full").expect("a holder");
     let lost = Instant::now();
@@ -321,14 +301,7 @@ fn full_stderr_and_no_room_for_a_thread_do_not_stop_the_stop() {
         "conlock should run 4 threads (main, signals, renew, monitor), runs {}",
         threads()
     );
-    let filler = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/{}/fd/2", h.0.id()))
-        .expect("open conlock's stderr pipe");
-    let chunk = [b'x'; 4096];
-    while (&filler).write(&chunk).is_ok() {}
-    while (&filler).write(b"x").is_ok() {}
+    assert!(fill_pipe(h.0.id(), "2", b'x') > 0);
     let c = client(&server);
     let session = holder(&c, "stderr-full-nproc").expect("a holder");
     let lost = Instant::now();
