@@ -415,17 +415,19 @@ fn lock_delay_is_capped_and_unsafe_timings_are_refused() {
     assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
 }
 
-/// A relay that, once an acquiring transaction went through it, invalidates the session
-/// of the next `session/renew` before passing the renewal on: the session ends between
-/// the acquisition and the renewal a waiter makes before it starts its command.
-fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAddr {
+/// A relay to `upstream` that shows `look` each chunk a client sends before passing it
+/// on (`look` may act first, or hold it).
+fn inspecting_relay(
+    upstream: SocketAddr,
+    look: impl Fn(&str) + Send + Sync + 'static,
+) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let armed = Arc::new(AtomicBool::new(false));
+    let look = Arc::new(look);
     std::thread::spawn(move || {
         for down in listener.incoming().flatten() {
-            let up = TcpStream::connect(server.addr()).unwrap();
-            let (server, armed) = (server.clone(), armed.clone());
+            let up = TcpStream::connect(upstream).unwrap();
+            let look = look.clone();
             let (mut d_read, mut u_write) = (down.try_clone().unwrap(), up.try_clone().unwrap());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
@@ -433,15 +435,7 @@ fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAd
                     if n == 0 {
                         break;
                     }
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    if text.contains("PUT /v1/txn") {
-                        armed.store(true, Ordering::SeqCst);
-                    } else if let Some(at) = text.find("PUT /v1/session/renew/") {
-                        if armed.swap(false, Ordering::SeqCst) {
-                            let id: String = text[at + 22..].chars().take(36).collect();
-                            assert!(server.expire_session(&id), "no session {id}");
-                        }
-                    }
+                    look(&String::from_utf8_lossy(&buf[..n]));
                     if u_write.write_all(&buf[..n]).is_err() {
                         break;
                     }
@@ -452,6 +446,23 @@ fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAd
         }
     });
     addr
+}
+
+/// A relay that, once an acquiring transaction went through it, invalidates the session
+/// of the next `session/renew` before passing the renewal on: the session ends between
+/// the acquisition and the renewal a waiter makes before it starts its command.
+fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAddr {
+    let armed = AtomicBool::new(false);
+    inspecting_relay(server.addr(), move |text| {
+        if text.contains("PUT /v1/txn") {
+            armed.store(true, Ordering::SeqCst);
+        } else if let Some(at) = text.find("PUT /v1/session/renew/") {
+            if armed.swap(false, Ordering::SeqCst) {
+                let id: String = text[at + 22..].chars().take(36).collect();
+                assert!(server.expire_session(&id), "no session {id}");
+            }
+        }
+    })
 }
 
 /// A waiter that waited longer than TTL/2 renews its session before it starts the
@@ -495,4 +506,63 @@ fn session_lost_right_after_acquiring_is_exit_124() {
     assert!(err.contains("invalidated right after acquiring"), "{err}");
     assert!(!ran.exists(), "the command ran");
     assert!(wait_sessions(&server, 1), "the waiter's session is left");
+}
+
+/// The command's file is gone when conlock, after waiting, acquires and starts it (it
+/// was there when conlock checked it), and the release that follows hangs (the agent
+/// stops answering right after the acquisition). conlock is healthy: the guardian must
+/// not take the hang for a stuck conlock (its watchdog stayed armed after a failed
+/// spawn, so it said conlock was stuck and killed "what was left").
+#[test]
+fn a_failed_spawn_leaves_the_guardian_disarmed() {
+    let server = start_server();
+    let dir = scratch("failed-spawn");
+    let (errors, script) = (dir.join("stderr"), dir.join("job"));
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let holder = crate::common::create_session(server.addr(), serde_json::json!({}));
+    let flags = conlock::consul::LOCK_FLAGS;
+    let path = format!("/v1/kv/failed-spawn?acquire={holder}&flags={flags}");
+    assert_eq!(
+        crate::common::put(server.addr(), &path, b"").text().trim(),
+        "true"
+    );
+    let open = Arc::new(AtomicBool::new(true));
+    let (hold, txns) = (open.clone(), std::sync::atomic::AtomicUsize::new(0));
+    // The waiter's first transaction is its blind try, the second takes the lock:
+    // everything after that waits until `open` again.
+    let relay = inspecting_relay(server.addr(), move |text| {
+        if text.contains("PUT /v1/txn") {
+            if txns.fetch_add(1, Ordering::SeqCst) == 1 {
+                hold.store(false, Ordering::SeqCst);
+            }
+            return;
+        }
+        while !hold.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let mut h = KillOnDrop(
+        conlock_at(relay)
+            .args(["run", "--key", "failed-spawn", "--ttl", "10s"])
+            .args(["--lock-delay", "2s", "--kill-grace", "1s", "--"])
+            .arg(&script)
+            .stderr(std::fs::File::create(&errors).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2), "the waiter made no session");
+    std::fs::remove_file(&script).unwrap();
+    let path = format!("/v1/kv/failed-spawn?release={holder}&flags={flags}");
+    crate::common::put(server.addr(), &path, b"");
+    // The deadline is 0.8 s after the acquisition, the guardian's 1.1 s later.
+    let stuck = wait_for(Duration::from_secs(10), || read(&errors).contains("stuck"));
+    open.store(true, Ordering::SeqCst);
+    assert_eq!(
+        wait_exit(&mut h.0, LONG).code(),
+        Some(127),
+        "{}",
+        read(&errors)
+    );
+    assert!(!stuck, "{}", read(&errors));
 }
