@@ -161,8 +161,9 @@ impl Guardian {
 
     /// Everything ended normally: the guardian exits without doing anything.
     pub fn done(&self) {
-        // Nothing pending matters any more, and the guardian exits at `Done`.
-        self.pending_gone.store(0, Ordering::SeqCst);
+        // A pending deadline no longer matters; a pending `GroupGone`/`CommandGone` goes
+        // before `Done` (see `send_lines`), or a guardian continued meanwhile could act
+        // on its last deadline first.
         self.pending_deadline.store(0, Ordering::SeqCst);
         self.send(&Msg::Done);
         self.pipe.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -174,10 +175,11 @@ impl Guardian {
 
     fn send_lines(&self, lines: &[u8]) {
         let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
-        // What is pending first, in the order it came.
-        self.flush_pending(&mut pipe);
+        // What is pending first, in the same (waiting) write.
+        let mut all = self.take_pending_gone();
+        all.extend_from_slice(lines);
         if let Some(p) = pipe.as_mut() {
-            if write_all_waiting(p, lines).is_err() {
+            if write_all_waiting(p, &all).is_err() {
                 gone_warning(&mut pipe);
                 return;
             }
@@ -185,18 +187,31 @@ impl Guardian {
         self.flush_pending(&mut pipe);
     }
 
+    /// The pending `GroupGone`/`CommandGone` line, taken (empty if none).
+    fn take_pending_gone(&self) -> Vec<u8> {
+        gone_line(self.pending_gone.swap(0, Ordering::SeqCst))
+    }
+
+    /// Waits up to `within` for room for a pending `GroupGone`/`CommandGone` (a stopped
+    /// guardian with a full pipe), so that it goes before the release.
+    pub fn settle(&self, within: Duration) {
+        let until = Instant::now() + within;
+        loop {
+            self.flush();
+            if self.pending_gone.load(Ordering::SeqCst) == 0 || Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Writes what is pending (the group or command gone, a deadline), without blocking.
     fn flush_pending(&self, pipe: &mut Option<File>) {
         let Some(p) = pipe.as_mut() else { return };
         let gone = self.pending_gone.swap(0, Ordering::SeqCst);
         if gone != 0 {
-            let msg = if gone & COMMAND_GONE != 0 {
-                Msg::CommandGone
-            } else {
-                Msg::GroupGone
-            };
             // One line below PIPE_BUF: written whole or not at all.
-            match p.write(&line(&msg)) {
+            match p.write(&gone_line(gone)) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     self.pending_gone.fetch_or(gone, Ordering::SeqCst);
@@ -229,6 +244,15 @@ impl Guardian {
             }
             Err(_) => gone_warning(pipe),
         }
+    }
+}
+
+/// The line for pending `gone` bits (`CommandGone` says all `GroupGone` does).
+fn gone_line(gone: u8) -> Vec<u8> {
+    match gone {
+        0 => Vec::new(),
+        g if g & COMMAND_GONE != 0 => line(&Msg::CommandGone),
+        _ => line(&Msg::GroupGone),
     }
 }
 

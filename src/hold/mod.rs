@@ -352,6 +352,11 @@ fn hold_guarded(
     signals::end_thread();
     // The whole process group is gone: now the claim may go. Bounded in total, so an
     // agent that stopped answering does not keep us (and whoever waits for our exit).
+    // The guardian learns that the command is gone before the claim goes (when its pipe
+    // was full, this waits a little for room).
+    if let Some(g) = guardian {
+        g.settle(Duration::from_millis(500));
+    }
     let cleanup_end = Instant::now() + CLEANUP_BUDGET;
     let cleanup = client.with_deadline(cleanup_end);
     claim.release(&cleanup, &session_id);

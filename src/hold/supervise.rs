@@ -426,7 +426,15 @@ impl Child {
         } else {
             self.announce_command_gone();
         }
+        self.flush_guardian();
         alive
+    }
+
+    /// Sends what the guardian's full pipe kept back, if it has room now.
+    fn flush_guardian(&self) {
+        if let Some(g) = &self.guardian {
+            g.flush();
+        }
     }
 
     /// The group, then every escaped descendant that `done` does not list yet, gets `sig`
@@ -703,7 +711,10 @@ pub fn supervise(
         let passed = if status.is_none() {
             now >= due
         } else {
-            killed_past_deadline(status, killed) && due_before.has_passed()
+            // The guardian fires `--kill-grace` (and half a margin) after the deadline:
+            // a SIGKILL before that is not its.
+            let sent_kill = killed || (timed_out && policy.kill_signal == Signal::SIGKILL);
+            killed_past_deadline(status, sent_kill) && (due_before + policy.grace).has_passed()
         };
         if lost.is_none() && passed {
             lose(
@@ -807,6 +818,7 @@ fn wait_gone(
             return true;
         }
         child.announce_group_gone();
+        child.flush_guardian();
         if Instant::now() >= until {
             return false;
         }
