@@ -136,7 +136,8 @@ impl Guardian {
         pipe.as_ref()?.as_fd().try_clone_to_owned().ok()
     }
 
-    /// Sends a deadline the renew thread could not (the pipe was busy), if there is one.
+    /// Sends what is pending (a deadline the renew thread could not send, the group or
+    /// command gone), if the pipe has room.
     pub fn flush(&self) {
         self.flush_pending(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
     }
@@ -205,36 +206,25 @@ impl Guardian {
         }
     }
 
-    /// Writes what is pending (the group or command gone, a deadline), without blocking.
+    /// Writes what is pending (the group or command gone, a deadline), without blocking:
+    /// in one write of two short lines, under PIPE_BUF, so whole or not at all. What the
+    /// pipe cannot take now stays pending.
     fn flush_pending(&self, pipe: &mut Option<File>) {
         let Some(p) = pipe.as_mut() else { return };
         let gone = self.pending_gone.swap(0, Ordering::SeqCst);
-        if gone != 0 {
-            // One line below PIPE_BUF: written whole or not at all.
-            match p.write(&gone_line(gone)) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    self.pending_gone.fetch_or(gone, Ordering::SeqCst);
-                }
-                Err(_) => {
-                    gone_warning(pipe);
-                    return;
-                }
-            }
-        }
-        self.flush_deadline(pipe);
-    }
-
-    fn flush_deadline(&self, pipe: &mut Option<File>) {
-        let Some(p) = pipe.as_mut() else { return };
         let ns = self.pending_deadline.swap(0, Ordering::SeqCst);
-        if ns == 0 {
+        let mut lines = gone_line(gone);
+        if ns != 0 {
+            lines.extend(line(&Msg::Deadline(ns)));
+        }
+        if lines.is_empty() {
             return;
         }
-        // One line below PIPE_BUF: written whole or not at all.
-        match p.write(&line(&Msg::Deadline(ns))) {
+        match p.write(&lines) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.pending_gone.fetch_or(gone, Ordering::SeqCst);
+                // A newer deadline set meanwhile wins.
                 let _ = self.pending_deadline.compare_exchange(
                     0,
                     ns,

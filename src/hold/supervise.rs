@@ -354,19 +354,7 @@ impl Child {
     /// True while any process of the group is alive. EPERM means a member exists that
     /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        if self.group_gone.load(Ordering::SeqCst) {
-            return false;
-        }
-        let pgid = self.pid.as_raw();
-        if !super::pgroup::gone(pgid) {
-            return true;
-        }
-        // Zombies still hold the ID (and a process may still join their group): only an
-        // empty group is final.
-        if super::pgroup::no_such_group(pgid) {
-            self.group_gone.store(true, Ordering::SeqCst);
-        }
-        false
+        !self.group_is_gone() && !super::pgroup::gone(self.pid.as_raw())
     }
 
     /// Whether no process has the group's ID (latched): checked right before each signal
