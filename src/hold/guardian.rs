@@ -558,7 +558,6 @@ fn serve(fd: RawFd) -> i32 {
         }
     }
     // The pipe closed without `Done`: conlock died.
-    known.decode();
     let code = take_over(known, conlock_pid, &mut out);
     out.finish();
     code
@@ -569,7 +568,11 @@ fn serve(fd: RawFd) -> i32 {
 fn decode_at_once(line: &[u8]) -> Option<Msg> {
     fn number<T: std::str::FromStr>(line: &[u8], head: &[u8]) -> Option<T> {
         let digits = line.strip_prefix(head)?.strip_suffix(b"}")?;
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        // JSON's form only (no leading zero), as serde reads it.
+        if digits.is_empty()
+            || !digits.iter().all(u8::is_ascii_digit)
+            || (digits[0] == b'0' && digits.len() > 1)
+        {
             return None;
         }
         std::str::from_utf8(digits).ok()?.parse().ok()
@@ -594,11 +597,13 @@ fn readable(fd: RawFd) -> bool {
 }
 
 /// conlock died: make sure its command is dead, then give the claim back.
-fn take_over(known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
+fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
     let group = known.live_group();
     if let Some(p) = group {
         unsafe { libc::kill(-p, libc::SIGKILL) };
     }
+    // After the kill: it needs only what was read at once.
+    known.decode();
     let client = known.conn.clone().and_then(|c| Client::new(*c).ok());
     if let Some(p) = group {
         if !wait_group_gone(p, &known, client.as_ref(), out) {
@@ -833,70 +838,108 @@ mod tests {
         assert!(k.watchdog().is_none() && k.live_group().is_none());
     }
 
-    /// Every line conlock writes means the same to the guardian read by hand, kept for
-    /// later, or decoded by serde at once.
+    /// What the guardian knows, as comparable text.
+    fn known_text(k: &Known) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {} {}",
+            k.conn,
+            k.session,
+            k.pgid,
+            k.claim,
+            k.prior,
+            k.deadline.map(|d| d.as_nanos()),
+            k.group_gone,
+            k.command_gone
+        )
+    }
+
+    /// A line read by hand is what serde reads from the same bytes, and one it does not
+    /// take is left to serde; lines kept for later, once decoded, leave the guardian
+    /// knowing what decoding every line at once in order did.
     #[test]
     fn lines_read_by_hand_or_later_mean_what_serde_reads() {
         use crate::claim::ClaimSpec;
-        let flags = crate::consul::ConnFlags::default();
+        let flags = crate::consul::ConnFlags {
+            token: Some("t".into()),
+            ..Default::default()
+        };
         let conn = crate::consul::ConnConfig::resolve(&flags, &|_| None).unwrap();
-        let claim = ClaimSpec::Lock { key: "k".into() };
-        let at_once = [
+        let written = [
+            Msg::Conn(Box::new(conn)),
+            Msg::Session("s1".into(), 10_000),
+            Msg::Claim(ClaimSpec::Semaphore {
+                prefix: "p".into(),
+                limit: 3,
+            }),
+            Msg::Prior(vec![(7, 99)]),
             Msg::Deadline(u64::MAX),
+            Msg::ProcessGroup(4242),
             Msg::Deadline(1),
-            Msg::ProcessGroup(i32::MAX),
+            Msg::Session("s2".into(), 20_000),
             Msg::GroupGone,
+            Msg::ProcessGroup(i32::MAX),
             Msg::CommandGone,
         ];
-        let later = [
-            Msg::Conn(Box::new(conn)),
-            Msg::Session("s".into(), 10_000),
-            Msg::Claim(claim),
-            Msg::Prior(vec![(7, 99)]),
-        ];
-        for m in &at_once {
-            let mut l = line(m);
-            l.pop();
-            let got = super::decode_at_once(&l).unwrap_or_else(|| panic!("{m:?} not read"));
-            assert_eq!(format!("{got:?}"), format!("{m:?}"));
-        }
-        let mut l = line(&Msg::Done);
-        l.pop();
-        assert!(matches!(super::decode_at_once(&l), Some(Msg::Done)));
-        let mut k = Known::default();
-        assert!(matches!(k.read(l), Some(Msg::Done)));
-        for m in &later {
-            let mut l = line(m);
-            l.pop();
-            assert!(super::decode_at_once(&l).is_none());
-            assert!(k.read(l).is_none());
-        }
-        assert_eq!(k.undecoded.len(), later.len());
-        assert!(k.conn.is_none() && k.session.is_none() && k.claim.is_none());
-        k.decode();
-        assert!(k.undecoded.is_empty());
-        assert!(k.conn.is_some() && k.claim.is_some());
-        assert_eq!(k.session, Some(("s".into(), Duration::from_secs(10))));
-        assert_eq!(k.prior, vec![(7, 99)]);
-        // Not the exact form: left to serde, which reads it or drops it.
+        let mut lines: Vec<Vec<u8>> = written
+            .iter()
+            .map(|m| {
+                let mut l = line(m);
+                l.pop();
+                l
+            })
+            .collect();
+        // Forms conlock does not write: serde's reading decides.
         for odd in [
             &b"{\"Deadline\": 5}"[..],
+            b"{\"Deadline\":007}",
+            b"{\"Deadline\":0}",
             b"{\"Deadline\":-5}",
             b"{\"Deadline\":}",
+            b"{\"Deadline\":18446744073709551616}",
+            b"{\"ProcessGroup\":-5}",
+            b"{\"ProcessGroup\":00}",
+            b"{\"ProcessGroup\":2147483648}",
+            b"{\"Done\":null}",
+            b"\"GroupGone\" ",
+            b"garbage",
         ] {
-            assert!(super::decode_at_once(odd).is_none());
+            lines.push(odd.to_vec());
         }
-        assert!(k.read(b"{\"Deadline\": 5}".to_vec()).is_none());
-        assert_eq!(k.deadline, Some(BootInstant::from_nanos(5)));
+        let (mut by_serde, mut read) = (Known::default(), Known::default());
+        for l in &lines {
+            let serde = serde_json::from_slice::<Msg>(l).ok();
+            if let Some(hand) = super::decode_at_once(l) {
+                let text = String::from_utf8_lossy(l);
+                assert_eq!(format!("{:?}", Some(hand)), format!("{serde:?}"), "{text}");
+            }
+            let done = matches!(serde, Some(Msg::Done));
+            if let Some(m) = serde {
+                by_serde.apply(m);
+            }
+            assert_eq!(matches!(read.read(l.clone()), Some(Msg::Done)), done);
+        }
+        assert!(read.conn.is_none() && read.session.is_none() && read.claim.is_none());
+        assert_eq!(
+            read.undecoded.len(),
+            5,
+            "Conn, Session, Claim, Prior, Session"
+        );
+        read.decode();
+        assert!(read.undecoded.is_empty());
+        assert_eq!(known_text(&read), known_text(&by_serde));
+        assert_eq!(read.session, Some(("s2".into(), Duration::from_secs(20))));
+        let mut done = line(&Msg::Done);
+        done.pop();
+        assert!(matches!(read.read(done), Some(Msg::Done)));
         // A session recreated again and again does not pile up lines.
         for i in 0..100 {
             let mut l = line(&Msg::Session(format!("s{i}"), 10_000));
             l.pop();
-            k.read(l);
+            read.read(l);
         }
-        assert!(k.undecoded.len() <= 16);
-        k.decode();
-        assert_eq!(k.session.as_ref().map(|s| s.0.as_str()), Some("s99"));
+        assert!(read.undecoded.len() <= 16);
+        read.decode();
+        assert_eq!(read.session.as_ref().map(|s| s.0.as_str()), Some("s99"));
     }
 
     #[test]
