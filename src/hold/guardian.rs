@@ -20,7 +20,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,8 @@ pub struct Guardian {
     pending_deadline: AtomicU64,
     /// `GroupGone` (1) and `CommandGone` (2) not written yet: sent with the next message.
     pending_gone: AtomicU8,
+    /// The claim was written: until then a deadline waits to go with it.
+    claim_written: AtomicBool,
 }
 
 const GROUP_GONE: u8 = 1;
@@ -95,6 +97,7 @@ impl Guardian {
             conn: Mutex::new(Some(line(&Msg::Conn(Box::new(conn.clone()))))),
             pending_deadline: AtomicU64::new(0),
             pending_gone: AtomicU8::new(0),
+            claim_written: AtomicBool::new(false),
         }))
     }
 
@@ -109,20 +112,32 @@ impl Guardian {
         self.send(&Msg::ProcessGroup(pgid));
     }
 
-    /// What conlock holds, and the children it had before the command (one write).
+    /// What conlock holds, the children it had before the command and the deadline set
+    /// so far, if any (one write, waiting for room).
     pub fn claim(&self, claim: ClaimSpec, prior: &[(i32, u64)]) {
         let mut lines = line(&Msg::Claim(claim));
         if !prior.is_empty() {
             lines.extend(line(&Msg::Prior(prior.to_vec())));
         }
+        // From here on deadlines go out at once; one set meanwhile is flushed after this
+        // write (`send_lines`).
+        self.claim_written.store(true, Ordering::SeqCst);
+        let ns = self.pending_deadline.swap(0, Ordering::SeqCst);
+        if ns != 0 {
+            lines.extend(line(&Msg::Deadline(ns)));
+        }
         self.send_lines(&lines);
     }
 
     /// The command must be dead by `at`. Never blocks: called by the renew thread. If the
-    /// pipe is busy, the newest deadline goes out with the next message.
+    /// pipe is busy, the newest deadline goes out with the next message; before the claim
+    /// is written, it goes with the claim.
     pub fn deadline(&self, at: BootInstant) {
         self.pending_deadline
             .store(at.as_nanos().max(1), Ordering::SeqCst);
+        if !self.claim_written.load(Ordering::SeqCst) {
+            return;
+        }
         if let Ok(mut pipe) = self.pipe.try_lock() {
             self.flush_pending(&mut pipe);
         }
@@ -940,6 +955,44 @@ mod tests {
         assert!(read.undecoded.len() <= 16);
         read.decode();
         assert_eq!(read.session.as_ref().map(|s| s.0.as_str()), Some("s99"));
+    }
+
+    /// The first deadline waits for the claim and goes in its write (one wake-up of the
+    /// guardian fewer); later ones go at once.
+    #[test]
+    fn the_first_deadline_goes_with_the_claim() {
+        use std::io::Read;
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        super::set_nonblocking(fds[0]);
+        let mut reader = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+        let g = super::Guardian {
+            pipe: std::sync::Mutex::new(Some(unsafe {
+                <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1])
+            })),
+            conn: std::sync::Mutex::new(None),
+            pending_deadline: std::sync::atomic::AtomicU64::new(0),
+            pending_gone: std::sync::atomic::AtomicU8::new(0),
+            claim_written: std::sync::atomic::AtomicBool::new(false),
+        };
+        let mut read = || {
+            let mut buf = vec![0u8; 4096];
+            match reader.read(&mut buf) {
+                Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => String::new(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        g.deadline(BootInstant::from_nanos(5));
+        g.deadline(BootInstant::from_nanos(7));
+        assert_eq!(read(), "", "a deadline went before the claim");
+        g.claim(crate::claim::ClaimSpec::Lock { key: "k".into() }, &[(3, 4)]);
+        assert_eq!(
+            read(),
+            "{\"Claim\":{\"Lock\":{\"key\":\"k\"}}}\n{\"Prior\":[[3,4]]}\n{\"Deadline\":7}\n"
+        );
+        g.deadline(BootInstant::from_nanos(9));
+        assert_eq!(read(), "{\"Deadline\":9}\n");
     }
 
     #[test]

@@ -140,9 +140,17 @@ fn hold_guarded(
     // with a session destroy (which would impose the lock-delay on everyone else).
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     let session_id = session.id();
-    if let Some(g) = guardian {
-        g.claim(claim.spec(), prior.list());
-    }
+    // The guardian learns the claim together with the first deadline, right before the
+    // spawn: one write, so one wake-up of it fewer beside the spawn. Unless a renewal
+    // comes first (it may take a while): then the claim goes now, so that a conlock
+    // killed meanwhile is still cleaned up by a release, without a lock-delay.
+    let claim_told = match guardian {
+        Some(g) if session.renewal_due() => {
+            g.claim(claim.spec(), prior.list());
+            true
+        }
+        _ => false,
+    };
     let confirm = {
         let claim = claim.clone();
         Box::new(move |client: &Client, sid: &str| claim.confirm(client, sid))
@@ -221,6 +229,9 @@ fn hold_guarded(
         // healthy conlock is first), still half a margin before anyone else can hold it.
         let (g, late) = (g.clone(), spec.stop.grace + spec.session.margin() / 2);
         session.on_confirmed(Box::new(move |deadline| g.deadline(deadline + late)));
+    }
+    if let (Some(g), false) = (guardian, claim_told) {
+        g.claim(claim.spec(), prior.list());
     }
     // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
     // may already run, so the command must not start.

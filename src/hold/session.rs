@@ -244,6 +244,11 @@ impl Session {
         s.on_lost = Some(tx);
     }
 
+    /// Whether `start_holding` will renew first (the last renewal is older than TTL/2).
+    pub fn renewal_due(&self) -> bool {
+        self.state().renewed_at.elapsed() > self.shared.spec.ttl / 2
+    }
+
     /// Holding from now on: renews (at once if the last renewal is older than TTL/2, so
     /// that `deadline()` is fresh) and confirms the claim with `confirm` every
     /// `SessionSpec::confirm_every`, the first time `confirm_every` after `confirmed_at`
@@ -254,14 +259,8 @@ impl Session {
         confirmed_at: BootInstant,
         confirm: ConfirmFn,
     ) -> Result<bool, ConsulError> {
-        let (id, stale) = {
-            let s = self.state();
-            (
-                s.id.clone(),
-                s.renewed_at.elapsed() > self.shared.spec.ttl / 2,
-            )
-        };
-        if stale {
+        let id = self.id();
+        if self.renewal_due() {
             // A passing error must not cost the lock just acquired: retry briefly.
             let mut tries = 0;
             loop {
