@@ -119,14 +119,16 @@ impl Guardian {
         if !prior.is_empty() {
             lines.extend(line(&Msg::Prior(prior.to_vec())));
         }
-        // From here on deadlines go out at once; one set meanwhile is flushed after this
-        // write (`send_lines`).
+        // Under the pipe's lock, so that no newer deadline the renew thread writes can go
+        // before this one. From here on deadlines go out at once; one set meanwhile is
+        // flushed after this write.
+        let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
         self.claim_written.store(true, Ordering::SeqCst);
         let ns = self.pending_deadline.swap(0, Ordering::SeqCst);
         if ns != 0 {
             lines.extend(line(&Msg::Deadline(ns)));
         }
-        self.send_lines(&lines);
+        self.write_locked(&mut pipe, &lines);
     }
 
     /// The command must be dead by `at`. Never blocks: called by the renew thread. If the
@@ -190,17 +192,23 @@ impl Guardian {
     }
 
     fn send_lines(&self, lines: &[u8]) {
-        let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
+        self.write_locked(
+            &mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()),
+            lines,
+        );
+    }
+
+    fn write_locked(&self, pipe: &mut Option<File>, lines: &[u8]) {
         // What is pending first, in the same (waiting) write.
         let mut all = self.take_pending_gone();
         all.extend_from_slice(lines);
         if let Some(p) = pipe.as_mut() {
             if write_all_waiting(p, &all).is_err() {
-                gone_warning(&mut pipe);
+                gone_warning(pipe);
                 return;
             }
         }
-        self.flush_pending(&mut pipe);
+        self.flush_pending(pipe);
     }
 
     /// The pending `GroupGone`/`CommandGone` line, taken (empty if none).

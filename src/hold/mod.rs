@@ -141,23 +141,28 @@ fn hold_guarded(
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
     let session_id = session.id();
     // The guardian learns the claim together with the first deadline, right before the
-    // spawn: one write, so one wake-up of it fewer beside the spawn. Unless a renewal
-    // comes first (it may take a while): then the claim goes now, so that a conlock
-    // killed meanwhile is still cleaned up by a release, without a lock-delay.
-    let claim_told = match guardian {
-        Some(g) if session.renewal_due() => {
+    // spawn: one write, so one wake-up of it fewer beside the spawn. It learns it
+    // earlier wherever a request comes first (the renewal in `start_holding`, a release
+    // before the command started), so that a conlock killed during that request is
+    // still cleaned up by a release, without a lock-delay. Decided once, for both.
+    let renew_first = session.renewal_due();
+    let mut claim_told = false;
+    let mut tell_claim = || {
+        if let (Some(g), false) = (guardian, claim_told) {
             g.claim(claim.spec(), prior.list());
-            true
         }
-        _ => false,
+        claim_told = true;
     };
+    if renew_first {
+        tell_claim();
+    }
     let confirm = {
         let claim = claim.clone();
         Box::new(move |client: &Client, sid: &str| claim.confirm(client, sid))
     };
     // A session that ends (or cannot be renewed) right after acquiring is a loss before
     // the command started: exit 124, as when the deadline passes then.
-    let unconfirmed = match session.start_holding(held.confirmed_at, confirm) {
+    let unconfirmed = match session.start_holding(held.confirmed_at, confirm, renew_first) {
         Ok(true) => None,
         Ok(false) => Some(format!(
             "session {session_id} was invalidated right after acquiring"
@@ -168,6 +173,7 @@ fn hold_guarded(
     };
     if let Some(reason) = unconfirmed {
         supervise::announce_loss(&reason, "not starting the command");
+        tell_claim();
         claim.release(client, &session_id);
         session.destroy();
         return Ok(exit_event(exit::LOST, "lost"));
@@ -202,6 +208,8 @@ fn hold_guarded(
         ui::verbose(format_args!(
             "stopping before the command started (exit {code})"
         ));
+        // A conlock killed during this release still has its claim released.
+        tell_claim();
         claim.release(client, &session_id);
         session.destroy();
         return Ok(exit_event(code, how));
@@ -230,9 +238,7 @@ fn hold_guarded(
         let (g, late) = (g.clone(), spec.stop.grace + spec.session.margin() / 2);
         session.on_confirmed(Box::new(move |deadline| g.deadline(deadline + late)));
     }
-    if let (Some(g), false) = (guardian, claim_told) {
-        g.claim(claim.spec(), prior.list());
-    }
+    tell_claim();
     // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
     // may already run, so the command must not start.
     // The child checks the deadline again right before its exec: it may be stopped

@@ -244,12 +244,12 @@ impl Session {
         s.on_lost = Some(tx);
     }
 
-    /// Whether `start_holding` will renew first (the last renewal is older than TTL/2).
+    /// Whether the last renewal is older than TTL/2 (`start_holding` should renew first).
     pub fn renewal_due(&self) -> bool {
         self.state().renewed_at.elapsed() > self.shared.spec.ttl / 2
     }
 
-    /// Holding from now on: renews (at once if the last renewal is older than TTL/2, so
+    /// Holding from now on: renews (at once if `renew_first`, given when `renewal_due`, so
     /// that `deadline()` is fresh) and confirms the claim with `confirm` every
     /// `SessionSpec::confirm_every`, the first time `confirm_every` after `confirmed_at`
     /// (when the read that showed us holding was sent). The renew thread is woken once.
@@ -258,9 +258,10 @@ impl Session {
         &self,
         confirmed_at: BootInstant,
         confirm: ConfirmFn,
+        renew_first: bool,
     ) -> Result<bool, ConsulError> {
         let id = self.id();
-        if self.renewal_due() {
+        if renew_first {
             // A passing error must not cost the lock just acquired: retry briefly.
             let mut tries = 0;
             loop {
