@@ -314,3 +314,37 @@ pub fn fill_pipe(pid: u32, fd: &str, byte: u8) -> usize {
     }
     filled
 }
+
+/// A relay to `upstream` that shows `look` each chunk a client sends before passing it
+/// on (`look` may act first, or hold it).
+pub fn inspecting_relay(
+    upstream: std::net::SocketAddr,
+    look: impl Fn(&str) + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    use std::io::{Read, Write};
+    let look = std::sync::Arc::new(look);
+    std::thread::spawn(move || {
+        for down in listener.incoming().flatten() {
+            let up = std::net::TcpStream::connect(upstream).unwrap();
+            let look = look.clone();
+            let (mut d_read, mut u_write) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n) = d_read.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    look(&String::from_utf8_lossy(&buf[..n]));
+                    if u_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let (mut u_read, mut d_write) = (up, down);
+            std::thread::spawn(move || std::io::copy(&mut u_read, &mut d_write));
+        }
+    });
+    addr
+}

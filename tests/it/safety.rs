@@ -415,39 +415,6 @@ fn lock_delay_is_capped_and_unsafe_timings_are_refused() {
     assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
 }
 
-/// A relay to `upstream` that shows `look` each chunk a client sends before passing it
-/// on (`look` may act first, or hold it).
-fn inspecting_relay(
-    upstream: SocketAddr,
-    look: impl Fn(&str) + Send + Sync + 'static,
-) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let look = Arc::new(look);
-    std::thread::spawn(move || {
-        for down in listener.incoming().flatten() {
-            let up = TcpStream::connect(upstream).unwrap();
-            let look = look.clone();
-            let (mut d_read, mut u_write) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16384];
-                while let Ok(n) = d_read.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    look(&String::from_utf8_lossy(&buf[..n]));
-                    if u_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-            let (mut u_read, mut d_write) = (up, down);
-            std::thread::spawn(move || std::io::copy(&mut u_read, &mut d_write));
-        }
-    });
-    addr
-}
-
 /// A relay that, once an acquiring transaction went through it, invalidates the session
 /// of the next `session/renew` before passing the renewal on: the session ends between
 /// the acquisition and the renewal a waiter makes before it starts its command.
