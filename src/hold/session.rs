@@ -339,12 +339,6 @@ impl Session {
         }
     }
 
-    /// No renewal or confirmation from now on (one in flight is disregarded), without
-    /// waking the renew thread: `stop_renewing` ends it.
-    pub fn hold_renewals(&self) {
-        self.state().stop = true;
-    }
-
     /// Stops renewing (the renew thread ends at its next wake-up); returns the session ID.
     pub fn stop_renewing(&mut self) -> String {
         let id = {
