@@ -511,7 +511,8 @@ fn a_failed_spawn_leaves_the_guardian_disarmed() {
     });
     let mut h = KillOnDrop(
         conlock_at(relay)
-            .args(["run", "--key", "failed-spawn", "--ttl", "10s"])
+            // A 60 s TTL: no renewal is due when it acquires, which the relay would hold.
+            .args(["run", "--key", "failed-spawn", "--ttl", "60s"])
             .args(["--lock-delay", "5s", "--kill-grace", "1s", "--"])
             .arg(&script)
             .stderr(std::fs::File::create(&errors).unwrap())
