@@ -550,11 +550,12 @@ fn signal_and_renew_threads_end_before_the_release() {
             }
         })
     };
-    // Confirmations every 0.6 s (a 1.8 s window): some would fall in the held release.
+    // Confirmations every 1.6 s (a 4.7 s window, room for a busy machine between the
+    // acquisition and the spawn): some would fall in the release, held 3 s.
     let mut kid = KillOnDrop(
         conlock_at(relay)
             .args(["run", "--key", "jobs/threads", "--ttl", "60s"])
-            .args(["--lock-delay", "3s", "--kill-grace", "1s"])
+            .args(["--lock-delay", "6s", "--kill-grace", "1s"])
             .args(["--", "sh", "-c", &until_exists(&go)])
             .spawn()
             .unwrap(),
@@ -571,7 +572,7 @@ fn signal_and_renew_threads_end_before_the_release() {
         process_alive(pid as i32) && !names.iter().any(|n| n == "signals" || n == "renew")
     });
     let names = thread_names(pid);
-    let confirmed = wait_for(Duration::from_secs(2), || {
+    let confirmed = wait_for(Duration::from_secs(3), || {
         during_release.load(Ordering::SeqCst) > 0
     });
     hold_release.store(false, Ordering::SeqCst);
