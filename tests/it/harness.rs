@@ -321,9 +321,9 @@ pub fn inspecting_relay(
     upstream: std::net::SocketAddr,
     look: impl Fn(&str) + Send + Sync + 'static,
 ) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    use std::io::{Read, Write};
     let look = std::sync::Arc::new(look);
     std::thread::spawn(move || {
         for down in listener.incoming().flatten() {
