@@ -12,6 +12,7 @@ use super::http::{Body, Request, Response, MAX_BODY};
 use super::shared::{ConnHandle, Shared};
 use super::store::{
     kv_json, serf_health_json, session_json, Behavior, NewSession, Store, TxnKvOp, TxnOutcome,
+    Watch,
 };
 use super::{util, FaultMode};
 use crate::gostd::{
@@ -272,19 +273,19 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Runs a blocking query: `probe` gives (index to report, change stamp).
-/// Answers at once when `index` is 0 or the reported index is past it;
-/// otherwise waits until the stamp changes (and the index is past `index`)
-/// or the wait (plus jitter) runs out. `Err`: a fault ended it (drop or 500).
+/// Runs a blocking query on `watch`. Answers at once when `index` is 0 or the
+/// reported index is past it; otherwise waits until what it watches changes
+/// (and the index is past `index`) or the wait (plus jitter) runs out.
+/// `Err`: a fault ended it (drop or 500).
 fn block<T>(
     shared: &Shared,
     h: &ConnHandle,
     opts: &QueryOpts,
-    probe: impl Fn(&Store) -> (u64, u64),
+    watch: Watch,
     render: impl FnOnce(&Store) -> T,
 ) -> Result<(u64, T), Outcome> {
     let mut st = shared.lock_store();
-    let (idx, mut stamp) = probe(&st);
+    let (idx, mut stamp) = st.probe(&watch);
     if opts.min_index == 0 || idx > opts.min_index {
         return Ok((idx, render(&st)));
     }
@@ -298,6 +299,7 @@ fn block<T>(
     }
     let deadline = Instant::now() + wait;
     let _waiting = Waiting::new(&shared.blocking);
+    let parked = shared.park(&st, watch, stamp);
     loop {
         if shared.aborted(h) {
             return Err(Outcome::Drop);
@@ -314,19 +316,20 @@ fn block<T>(
         }
         let now = Instant::now();
         if now >= deadline {
-            let (idx, _) = probe(&st);
+            let (idx, _) = st.probe(parked.watch());
             return Ok((idx, render(&st)));
         }
-        st = shared.wait_changed(st, deadline - now);
+        st = parked.wait(st, deadline - now);
         if shared.aborted(h) {
             return Err(Outcome::Drop);
         }
-        let (idx, s) = probe(&st);
+        let (idx, s) = st.probe(parked.watch());
         if s != stamp {
             if idx > opts.min_index {
                 return Ok((idx, render(&st)));
             }
             stamp = s;
+            parked.saw(s);
         }
     }
 }
@@ -348,18 +351,12 @@ fn kvs(shared: &Shared, h: &ConnHandle, req: &Request, q: &Query, key: &str) -> 
 
 fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpts) -> Outcome {
     if q.has("recurse") {
-        let got = block(
-            shared,
-            h,
-            opts,
-            |s| (s.kv_list_index(key), s.kv_prefix_stamp(key)),
-            |s| {
-                s.kv_list(key)
-                    .into_iter()
-                    .map(|(k, e)| kv_json(k, e))
-                    .collect::<Vec<_>>()
-            },
-        );
+        let got = block(shared, h, opts, Watch::Prefix(key.to_string()), |s| {
+            s.kv_list(key)
+                .into_iter()
+                .map(|(k, e)| kv_json(k, e))
+                .collect::<Vec<_>>()
+        });
         return match got {
             Err(o) => o,
             Ok((idx, list)) if list.is_empty() => respond(with_meta(Response::new(404), idx)),
@@ -369,13 +366,9 @@ fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpt
     if key.is_empty() {
         return respond(text(400, "Missing key name"));
     }
-    let got = block(
-        shared,
-        h,
-        opts,
-        |s| (s.kv_get_index(key), s.kv_key_stamp(key)),
-        |s| s.kv_get(key).cloned(),
-    );
+    let got = block(shared, h, opts, Watch::Key(key.to_string()), |s| {
+        s.kv_get(key).cloned()
+    });
     match got {
         Err(o) => o,
         Ok((idx, None)) => respond(with_meta(Response::new(404), idx)),
@@ -398,13 +391,9 @@ fn kv_keys(shared: &Shared, h: &ConnHandle, q: &Query, prefix: &str, opts: &Quer
     if q.has("separator") {
         sep = q.get("separator");
     }
-    let got = block(
-        shared,
-        h,
-        opts,
-        |s| (s.kv_list_index(prefix), s.kv_prefix_stamp(prefix)),
-        |s| s.kv_keys(prefix, sep),
-    );
+    let got = block(shared, h, opts, Watch::Prefix(prefix.to_string()), |s| {
+        s.kv_keys(prefix, sep)
+    });
     match got {
         Err(o) => o,
         Ok((idx, keys)) if keys.is_empty() && !prefix.is_empty() => {
@@ -472,7 +461,7 @@ fn kv_put(shared: &Shared, req: &Request, q: &Query, key: &str) -> Response {
             PutOp::Unlock(s) => st.kv_unlock(key, flags, value, &s),
         }
     };
-    shared.changed.notify_all();
+    shared.notify_changed();
     match result {
         Ok(b) => json(200, &J::Bool(b)),
         Err(e) => text(500, &e),
@@ -502,7 +491,7 @@ fn kv_delete(shared: &Shared, q: &Query, key: &str) -> Response {
             (false, None) => st.kv_delete(key),
         }
     };
-    shared.changed.notify_all();
+    shared.notify_changed();
     json(200, &J::Bool(result))
 }
 
@@ -565,7 +554,7 @@ fn txn(shared: &Shared, _h: &ConnHandle, req: &Request, _q: &Query, _r: &str) ->
         .any(|op| TXN_WRITE_VERBS.contains(&op.verb.as_str()));
     let outcome = if writes {
         let out = shared.lock_store().txn_apply(&ops, Instant::now());
-        shared.changed.notify_all();
+        shared.notify_changed();
         out
     } else {
         shared.lock_store().txn_read(&ops)
@@ -734,7 +723,7 @@ fn session_create(shared: &Shared, h: &ConnHandle, req: &Request, _q: &Query, _r
             Instant::now(),
         )
     };
-    shared.changed.notify_all();
+    shared.notify_changed();
     match result {
         Ok(id) => respond(json(200, &J::obj([("ID", J::S(id))]))),
         Err(e) => respond(text(500, &e)),
@@ -926,7 +915,7 @@ fn session_destroy(
         return respond(text(400, "Missing session"));
     }
     let result = shared.lock_store().session_destroy(id, Instant::now());
-    shared.changed.notify_all();
+    shared.notify_changed();
     match result {
         Ok(()) => respond(json(200, &J::Bool(true))),
         Err(e) => respond(text(500, &e)),
@@ -967,16 +956,12 @@ fn session_info(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, id: 
     if let Err(e) = shared.lock_store().session_get(id) {
         return respond(text(500, &e));
     }
-    sessions_answer(block(
-        shared,
-        h,
-        &opts,
-        |s| (s.sessions_table_index(), s.sessions_stamp()),
-        |s| match s.session_get(id) {
+    sessions_answer(block(shared, h, &opts, Watch::Sessions, |s| {
+        match s.session_get(id) {
             Ok(Some(sess)) => vec![session_json(sess)],
             _ => Vec::new(),
-        },
-    ))
+        }
+    }))
 }
 
 fn session_list(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, _r: &str) -> Outcome {
@@ -984,13 +969,9 @@ fn session_list(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, _r: 
         Ok(o) => o,
         Err(r) => return respond(r),
     };
-    sessions_answer(block(
-        shared,
-        h,
-        &opts,
-        |s| (s.sessions_table_index(), s.sessions_stamp()),
-        |s| s.session_list().into_iter().map(session_json).collect(),
-    ))
+    sessions_answer(block(shared, h, &opts, Watch::Sessions, |s| {
+        s.session_list().into_iter().map(session_json).collect()
+    }))
 }
 
 fn session_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node: &str) -> Outcome {
@@ -1001,18 +982,12 @@ fn session_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node
     if node.is_empty() {
         return respond(text(400, "Missing node name"));
     }
-    sessions_answer(block(
-        shared,
-        h,
-        &opts,
-        |s| (s.sessions_table_index(), s.sessions_stamp()),
-        |s| {
-            s.node_sessions(node)
-                .into_iter()
-                .map(session_json)
-                .collect()
-        },
-    ))
+    sessions_answer(block(shared, h, &opts, Watch::Sessions, |s| {
+        s.node_sessions(node)
+            .into_iter()
+            .map(session_json)
+            .collect()
+    }))
 }
 
 // ----- health ----------------------------------------------------------------
@@ -1025,13 +1000,9 @@ fn health_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node:
     if node.is_empty() {
         return respond(text(400, "Missing node name"));
     }
-    sessions_answer(block(
-        shared,
-        h,
-        &opts,
-        |s| (s.checks_table_index(), s.checks_table_index()),
-        |s| s.node(node).map(serf_health_json).into_iter().collect(),
-    ))
+    sessions_answer(block(shared, h, &opts, Watch::Checks, |s| {
+        s.node(node).map(serf_health_json).into_iter().collect()
+    }))
 }
 
 // ----- agent / status ------------------------------------------------------
@@ -1152,7 +1123,7 @@ fn control(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Response {
             return text(405, &format!("method {} not allowed", req.method)).header("Allow", "PUT");
         }
         let ok = shared.lock_store().session_expire(id, Instant::now());
-        shared.changed.notify_all();
+        shared.notify_changed();
         return json(200, &J::Bool(ok));
     }
     if rest == "stats" {

@@ -165,6 +165,12 @@ impl DevServer {
         self.shared.blocking.load(Ordering::SeqCst)
     }
 
+    /// Times a waiting blocking query was woken (not counting its wait running out):
+    /// a write wakes only the queries on what it changed.
+    pub fn blocking_wakeups(&self) -> u64 {
+        self.shared.wakeups.load(Ordering::SeqCst)
+    }
+
     /// TCP connections accepted (a client that reuses its connections opens few).
     pub fn connection_count(&self) -> u64 {
         self.shared.connections_accepted()
@@ -174,7 +180,7 @@ impl DevServer {
     /// applies). Returns false when there is no such session.
     pub fn expire_session(&self, id: &str) -> bool {
         let ok = self.shared.lock_store().session_expire(id, Instant::now());
-        self.shared.changed.notify_all();
+        self.shared.notify_changed();
         ok
     }
 
@@ -382,7 +388,7 @@ fn reaper_loop(shared: Arc<Shared>, stop: mpsc::Receiver<()>) {
         }
         let reaped = shared.lock_store().reap(Instant::now());
         if reaped > 0 {
-            shared.changed.notify_all();
+            shared.notify_changed();
         }
     }
 }

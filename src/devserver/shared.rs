@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::store::Store;
+use super::store::{Store, Watch};
 use super::{FaultMode, Options};
 
 /// The agent a listener acts as: the dev server's own (server) agent, or a
@@ -91,14 +91,60 @@ struct Fault {
     until: Option<Instant>,
 }
 
+/// A blocking query waiting for what it watches to change.
+#[derive(Debug)]
+struct Parked {
+    watch: Watch,
+    /// The change stamp it last saw; written under the store lock.
+    seen: AtomicU64,
+    /// Waited on with the store lock; shared by the queries parked on the same watch.
+    wake: Arc<Condvar>,
+}
+
+/// A parked blocking query; leaves the parked list when dropped.
+pub struct Parking<'a> {
+    shared: &'a Shared,
+    parked: Arc<Parked>,
+}
+
+impl Parking<'_> {
+    pub fn watch(&self) -> &Watch {
+        &self.parked.watch
+    }
+
+    /// Waits (bounded) for a wake-up, with the store lock released meanwhile.
+    pub fn wait<'g>(&self, st: MutexGuard<'g, Store>, dur: Duration) -> MutexGuard<'g, Store> {
+        let (st, timeout) = match self.parked.wake.wait_timeout(st, dur) {
+            Ok((g, t)) => (g, t),
+            Err(e) => e.into_inner(),
+        };
+        if !timeout.timed_out() {
+            self.shared.wakeups.fetch_add(1, Ordering::SeqCst);
+        }
+        st
+    }
+
+    /// Records a change it saw but did not answer (its index was not yet past).
+    pub fn saw(&self, stamp: u64) {
+        self.parked.seen.store(stamp, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Parking<'_> {
+    fn drop(&mut self) {
+        relock(self.shared.parked.lock()).retain(|p| !Arc::ptr_eq(p, &self.parked));
+    }
+}
+
 #[derive(Debug)]
 pub struct Shared {
     pub acl_token: Option<String>,
     pub session_ttl_min: Duration,
     store: Mutex<Store>,
-    /// Signalled on every state change (and on kills/shutdown) to wake
-    /// blocking queries.
-    pub changed: Condvar,
+    /// Blocking queries waiting now, each woken only when what it watches changes (and
+    /// on kills, faults and shutdown): a write does not wake every parked query. Locked
+    /// only while the store is locked (store first), except by a query leaving.
+    parked: Mutex<Vec<Arc<Parked>>>,
     faults: Mutex<Fault>,
     fault_cv: Condvar,
     conns: Mutex<HashMap<u64, Arc<ConnHandle>>>,
@@ -111,6 +157,8 @@ pub struct Shared {
     pub requests: AtomicU64,
     /// Blocking queries waiting now.
     pub blocking: AtomicU64,
+    /// Times a parked blocking query was woken (timeouts not counted).
+    pub wakeups: AtomicU64,
     /// Connection threads waiting for another connection, and what was handed to them.
     idle: Mutex<Idle>,
     idle_cv: Condvar,
@@ -140,7 +188,7 @@ impl Shared {
             acl_token: opts.acl_token.clone(),
             session_ttl_min: opts.session_ttl_min,
             store: Mutex::new(Store::new(&opts.node_name)),
-            changed: Condvar::new(),
+            parked: Mutex::new(Vec::new()),
             faults: Mutex::new(Fault {
                 mode: FaultMode::None,
                 until: None,
@@ -154,6 +202,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             blocking: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
             idle: Mutex::new(Idle::default()),
             idle_cv: Condvar::new(),
             conn_threads: AtomicU64::new(0),
@@ -164,23 +213,57 @@ impl Shared {
         relock(self.store.lock())
     }
 
-    /// Waits on the change condvar (poison-tolerant).
-    pub fn wait_changed<'a>(
-        &self,
-        guard: MutexGuard<'a, Store>,
-        dur: Duration,
-    ) -> MutexGuard<'a, Store> {
-        match self.changed.wait_timeout(guard, dur) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
+    /// Parks a blocking query that saw `stamp` for `watch`. The caller holds the store
+    /// lock (`_st`), so no change slips in between its check and its parking.
+    pub fn park(&self, _st: &MutexGuard<'_, Store>, watch: Watch, stamp: u64) -> Parking<'_> {
+        let mut parked = relock(self.parked.lock());
+        // Queries on the same thing share one condvar: a change wakes them with one call.
+        let wake = parked
+            .iter()
+            .find(|p| p.watch == watch)
+            .map_or_else(|| Arc::new(Condvar::new()), |p| p.wake.clone());
+        let p = Arc::new(Parked {
+            watch,
+            seen: AtomicU64::new(stamp),
+            wake,
+        });
+        parked.push(p.clone());
+        Parking {
+            shared: self,
+            parked: p,
         }
     }
 
-    /// Wakes every blocking query so it re-checks its condition.
+    /// Wakes the blocking queries whose watched state changed.
     pub fn notify_changed(&self) {
-        // Taking the lock orders this wake-up after any waiter's check.
-        drop(self.lock_store());
-        self.changed.notify_all();
+        let mut due: Vec<Arc<Condvar>> = Vec::new();
+        {
+            let st = self.lock_store();
+            for p in relock(self.parked.lock()).iter() {
+                if st.probe(&p.watch).1 != p.seen.load(Ordering::SeqCst)
+                    && !due.iter().any(|w| Arc::ptr_eq(w, &p.wake))
+                {
+                    due.push(p.wake.clone());
+                }
+            }
+        }
+        // After the lock, so that a woken query does not wait for it at once. A query
+        // cannot miss the change meanwhile: it probes under the lock before it waits.
+        for wake in due {
+            wake.notify_all();
+        }
+    }
+
+    /// Wakes every blocking query, so it re-checks kills, faults and shutdown.
+    pub fn wake_all(&self) {
+        let all: Vec<Arc<Parked>> = {
+            // Taking the store lock orders this after any query's check.
+            let _st = self.lock_store();
+            relock(self.parked.lock()).clone()
+        };
+        for p in all {
+            p.wake.notify_all();
+        }
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -214,7 +297,7 @@ impl Shared {
         }
         self.fault_cv.notify_all();
         if matches!(mode, FaultMode::Drop | FaultMode::Error) {
-            self.notify_changed();
+            self.wake_all();
         }
     }
 
@@ -304,7 +387,7 @@ impl Shared {
                 st.node_alive(&agent.node);
             }
         }
-        self.changed.notify_all();
+        self.notify_changed();
         {
             let _f = relock(self.faults.lock());
             agent.frozen.store(frozen, Ordering::SeqCst);
@@ -355,7 +438,7 @@ impl Shared {
             }
             *st = fresh;
         }
-        self.changed.notify_all();
+        self.wake_all();
         drop(relock(self.faults.lock()));
         self.fault_cv.notify_all();
     }
@@ -435,7 +518,7 @@ impl Shared {
                 h.kill();
             }
         }
-        self.notify_changed();
+        self.wake_all();
         drop(relock(self.faults.lock()));
         self.fault_cv.notify_all();
         drop(relock(self.idle.lock()));

@@ -21,6 +21,17 @@ const TTL_MULTIPLIER: u32 = 2;
 /// The raft index a fresh dev agent has reached before serving requests.
 const INITIAL_RAFT_INDEX: u64 = 5;
 
+/// What a blocking query waits on: it answers once this changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Watch {
+    /// One key: created, modified or deleted.
+    Key(String),
+    /// Every key under a prefix.
+    Prefix(String),
+    Sessions,
+    Checks,
+}
+
 #[derive(Debug, Clone)]
 pub struct KvEntry {
     pub lock_index: u64,
@@ -267,6 +278,16 @@ impl Store {
     }
 
     // ----- KV reads -------------------------------------------------------
+
+    /// What a blocking query on `w` reports now: (index to report, change stamp).
+    pub fn probe(&self, w: &Watch) -> (u64, u64) {
+        match w {
+            Watch::Key(k) => (self.kv_get_index(k), self.kv_key_stamp(k)),
+            Watch::Prefix(p) => (self.kv_list_index(p), self.kv_prefix_stamp(p)),
+            Watch::Sessions => (self.sessions_table_index(), self.sessions_stamp()),
+            Watch::Checks => (self.checks_table_index(), self.checks_table_index()),
+        }
+    }
 
     /// Index reported for a missing key / an empty listing (never 0).
     pub fn kvs_table_index(&self) -> u64 {

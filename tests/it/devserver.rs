@@ -1295,6 +1295,43 @@ fn connection_threads_serve_one_connection_after_another() {
 }
 
 #[test]
+fn a_write_wakes_only_the_blocking_queries_on_what_it_changed() {
+    let server = start_server();
+    let a = server.addr();
+    put(a, "/v1/kv/watched", b"1");
+    put(a, "/v1/kv/pre/a", b"1");
+    let key_at = get(a, "/v1/kv/watched").index();
+    let keys_at = get(a, "/v1/kv/pre/?keys").index();
+    let sessions_at = get(a, "/v1/session/list").index();
+    let key =
+        std::thread::spawn(move || get(a, &format!("/v1/kv/watched?index={key_at}&wait=60s")));
+    let keys =
+        std::thread::spawn(move || get(a, &format!("/v1/kv/pre/?keys&index={keys_at}&wait=60s")));
+    let sessions = std::thread::spawn(move || {
+        get(a, &format!("/v1/session/list?index={sessions_at}&wait=60s"))
+    });
+    assert!(wait_until(Duration::from_secs(60), || server
+        .blocking_count()
+        == 3));
+    // Writes to other keys (and failed ones) change nothing those queries watch.
+    for i in 0..20 {
+        assert_eq!(put(a, &format!("/v1/kv/other/{i}"), b"x").status, 200);
+        assert_eq!(put(a, "/v1/kv/watched?cas=1", b"x").json(), json!(false));
+    }
+    // A session wakes the session query alone; once it answered, any wake-up by the
+    // writes before it would have been counted.
+    create_session(a, json!({}));
+    assert_eq!(sessions.join().unwrap().json().as_array().unwrap().len(), 1);
+    assert_eq!(server.blocking_wakeups(), 1);
+    assert_eq!(server.blocking_count(), 2);
+    put(a, "/v1/kv/watched", b"2");
+    assert_eq!(key.join().unwrap().status, 200);
+    put(a, "/v1/kv/pre/b", b"1");
+    assert_eq!(keys.join().unwrap().json(), json!(["pre/a", "pre/b"]));
+    assert_eq!(server.blocking_wakeups(), 3);
+}
+
+#[test]
 fn stats_and_request_count_exclude_the_control_endpoint() {
     let server = start_server();
     let a = server.addr();
