@@ -165,8 +165,8 @@ impl DevServer {
         self.shared.blocking.load(Ordering::SeqCst)
     }
 
-    /// Times a waiting blocking query was woken (not counting its wait running out):
-    /// a write wakes only the queries on what it changed.
+    /// Waiting blocking queries woken by writes so far: a write wakes only the queries
+    /// on what it changed (kills, faults and shutdown wake all; not counted).
     pub fn blocking_wakeups(&self) -> u64 {
         self.shared.wakeups.load(Ordering::SeqCst)
     }

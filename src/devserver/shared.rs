@@ -114,14 +114,10 @@ impl Parking<'_> {
 
     /// Waits (bounded) for a wake-up, with the store lock released meanwhile.
     pub fn wait<'g>(&self, st: MutexGuard<'g, Store>, dur: Duration) -> MutexGuard<'g, Store> {
-        let (st, timeout) = match self.parked.wake.wait_timeout(st, dur) {
-            Ok((g, t)) => (g, t),
-            Err(e) => e.into_inner(),
-        };
-        if !timeout.timed_out() {
-            self.shared.wakeups.fetch_add(1, Ordering::SeqCst);
+        match self.parked.wake.wait_timeout(st, dur) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
         }
-        st
     }
 
     /// Records a change it saw but did not answer (its index was not yet past).
@@ -157,7 +153,7 @@ pub struct Shared {
     pub requests: AtomicU64,
     /// Blocking queries waiting now.
     pub blocking: AtomicU64,
-    /// Times a parked blocking query was woken (timeouts not counted).
+    /// Blocking queries woken because what they watch changed, counted by the writers.
     pub wakeups: AtomicU64,
     /// Connection threads waiting for another connection, and what was handed to them.
     idle: Mutex<Idle>,
@@ -239,13 +235,20 @@ impl Shared {
         let mut due: Vec<Arc<Condvar>> = Vec::new();
         {
             let st = self.lock_store();
-            for p in relock(self.parked.lock()).iter() {
-                if st.probe(&p.watch).1 != p.seen.load(Ordering::SeqCst)
-                    && !due.iter().any(|w| Arc::ptr_eq(w, &p.wake))
+            let parked = relock(self.parked.lock());
+            for p in parked.iter() {
+                // One probe per condvar: the queries sharing it watch the same thing.
+                if !due.iter().any(|w| Arc::ptr_eq(w, &p.wake))
+                    && st.probe(&p.watch).1 != p.seen.load(Ordering::SeqCst)
                 {
                     due.push(p.wake.clone());
                 }
             }
+            let woken = parked
+                .iter()
+                .filter(|p| due.iter().any(|w| Arc::ptr_eq(w, &p.wake)))
+                .count();
+            self.wakeups.fetch_add(woken as u64, Ordering::SeqCst);
         }
         // After the lock, so that a woken query does not wait for it at once. A query
         // cannot miss the change meanwhile: it probes under the lock before it waits.
