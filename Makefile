@@ -167,10 +167,10 @@ deb-check: deb
 units-check: build
 	python3 scripts/check-units.py $(DEBUG_BIN)
 
-## Performance targets (not part of `make test`); writes bench/results.json.
-# The targets were set for the static musl build: where rustup lacks that target, `make
-# bench` adds it (as `make deb` installs cargo-deb) and measures glibc only if it cannot.
-# The glibc build measured 3.85 ms in row 1 where the static one took 2.8-3.6 ms.
+## Performance targets (not part of `make test`); writes bench/results.json. They were set
+## for the static musl build: where rustup lacks that target, this adds it (as `make deb`
+## installs cargo-deb) and measures glibc only if it cannot (3.85 ms in row 1, against
+## 2.8-3.6 ms for the static build).
 bench:
 	@if [ '$(RELEASE_TARGET_ORIGIN)' = undefined ] && [ -n '$(RUSTUP_TARGETS)' ] \
 		&& [ -z '$(RELEASE_TARGET)' ]; then \
