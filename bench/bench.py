@@ -424,6 +424,24 @@ def max_concurrent(intervals):
     return peak
 
 
+def first_stamp_cmd(log):
+    """The next holder's command in the failover rows: the C stamp program, whose first
+    act is to write its start time (bash would take a millisecond or two first)."""
+    stamp = c_program("stamp")
+    if not stamp:
+        raise RowFailed("cannot compile bench/stamp.c (no C compiler?)")
+    return [stamp, log, "0"]
+
+
+def first_stamp(log):
+    """The start time the stamp program wrote, or None."""
+    for line in read_text(log).splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "S":
+            return float(parts[2])
+    return None
+
+
 def read_float(path):
     """A timestamp a child wrote ($EPOCHREALTIME, maybe with a decimal comma), or None."""
     try:
@@ -762,8 +780,8 @@ def bench_failover(tools, server, settings, runs):
     `settings[name]` holds each tool's extra flags; the lock-delay and TTL actually used
     are read from the holder's session."""
     beat = beat_program()
-    out = {t.name: {"failover_ms": [], "lock_delay_s": None, "ttl_s": None, "alive_at_next_start": 0,
-                    "problems": []} for t in tools}
+    out = {t.name: {"failover_ms": [], "margins_ms": [], "lock_delay_s": None, "ttl_s": None,
+                    "alive_at_next_start": 0, "problems": []} for t in tools}
     errs = {t.name: ErrLog(f"4-{t.name}") for t in tools}
     # `consul lock` goes first: conlock then takes the lock-delay and TTL it was seen using.
     tools = sorted(tools, key=lambda t: t.name == "conlock")
@@ -776,7 +794,8 @@ def bench_failover(tools, server, settings, runs):
                     settings["conlock"] += ["--kill-grace", "200ms"]
             failover_run(tool, server, beat, settings.get(tool.name, []), i, out[tool.name], errs[tool.name])
     for name, r in out.items():
-        v = r.pop("failover_ms")
+        v, m = r.pop("failover_ms"), r.pop("margins_ms")
+        r["dead_before_next_ms_min"] = min(m) if m else None
         if name == "conlock" and r["alive_at_next_start"]:
             r["problems"].append(f"in {r['alive_at_next_start']} runs the killed holder's command was still "
                                  "running when the next holder's command started")
@@ -799,7 +818,7 @@ def failover_run(tool, server, beat, extra, i, r, err):
             return
         cmd_pid = read_beat(hb)[0]
         ids = server.session_ids()
-        b = tool.run(tool.lock_cmd(prefix, ["bash", "-c", f"echo $EPOCHREALTIME > {started}"], extra), stderr=err.f)
+        b = tool.run(tool.lock_cmd(prefix, first_stamp_cmd(started), extra), stderr=err.f)
         procs.append(b)
         if not wait_for(lambda: b.poll() is not None or server.session_ids() - ids) or b.poll() is not None:
             r["problems"].append(f"run {i}: the next holder made no session (exit {b.poll()}){err.last()}")
@@ -815,7 +834,7 @@ def failover_run(tool, server, beat, extra, i, r, err):
             code = b.wait(timeout=300)
         except subprocess.TimeoutExpired:
             code = "none: still waiting after 300 s"
-        t1 = read_float(started)
+        t1 = first_stamp(started)
         a.wait()
         _, last = read_beat(hb)
         if code != 0 or t1 is None:
@@ -825,6 +844,8 @@ def failover_run(tool, server, beat, extra, i, r, err):
         # Still beating after the next command started, or alive now: both held at once.
         if last is None or last >= t1 or alive(cmd_pid):
             r["alive_at_next_start"] += 1
+        else:
+            r["margins_ms"].append((t1 - last) * 1000)
         r["failover_ms"].append((t1 - t0) * 1000)
     finally:
         stop_all(procs)
@@ -858,6 +879,11 @@ def bench_semaphore(tools, server, proxy, jobs, job_s, limit, rounds):
             "ratio_all": [r["ratio"] for r in ok],
             "max_concurrent": max(r["max_concurrent"] for r in rs),
             "requests_per_job": median([r["requests_per_job"] for r in ok]),
+            "ramp_ms": median([r["ramp_ms"] for r in ok]),
+            "slot_gap_ms_p50": median([r["slot_gap_ms_p50"] for r in ok]),
+            "slot_gap_ms_mean": median([r["slot_gap_ms_mean"] for r in ok]),
+            "slot_gap_ms_max": max([r["slot_gap_ms_max"] for r in ok], default=None),
+            "tail_ms": median([r["tail_ms"] for r in ok]),
             "job": rs[0]["job"],
             "job_ms_mean": statistics.mean(m) if (m := [r["job_ms_mean"] for r in rs if r["job_ms_mean"] is not None]) else None,
             "note": "through the counting proxy",
@@ -873,7 +899,7 @@ def semaphore_round(tool, proxy, jobs, job_s, limit):
     prefix = f"bench/sem/{tool.name}/{time.time_ns()}"
     problems = []
     before = proxy.requests()
-    t0 = time.perf_counter()
+    t0, t0_wall = time.perf_counter(), time.time()
     # The job that lasts job_s itself (the C stamp program when it can be built): a bash
     # job with an external `sleep` lasts a few ms longer, counted against the tool.
     job, kind = stamp_job(log, int(job_s * 1000))
@@ -884,6 +910,7 @@ def semaphore_round(tool, proxy, jobs, job_s, limit):
         if not wait_for(lambda: all(p.poll() is not None for p in procs), within):
             problems.append(f"{sum(1 for p in procs if p.poll() is None)} jobs still running after {within:.0f} s")
         wall = time.perf_counter() - t0
+        t_end = time.time()
     finally:
         stop_all(procs)
     codes = [p.returncode for p in procs]
@@ -899,7 +926,17 @@ def semaphore_round(tool, proxy, jobs, job_s, limit):
         problems.append(f"{peak} jobs ran at once (limit {limit})")
     ideal = jobs / limit * job_s
     done = not failed and len(iv) == jobs
+    # Where the time goes: until the first `limit` jobs ran, each freed slot until the
+    # next job started in it (the k-th end frees the slot of the (limit + k)-th start),
+    # and from the last end until every process had exited.
+    starts, ends = sorted(s for s, _ in iv), sorted(e for _, e in iv)
+    gaps = [(starts[limit + k] - ends[k]) * 1000 for k in range(len(starts) - limit)] if done else []
     return {
+        "ramp_ms": (starts[limit - 1] - t0_wall) * 1000 if done else None,
+        "slot_gap_ms_p50": median(gaps),
+        "slot_gap_ms_mean": statistics.mean(gaps) if gaps else None,
+        "slot_gap_ms_max": max(gaps) if gaps else None,
+        "tail_ms": (t_end - ends[-1]) * 1000 if done else None,
         "job": kind,
         "job_ms_mean": statistics.mean((e - s) * 1000 for s, e in iv) if iv else None,
         "failed": len(failed),
@@ -1161,7 +1198,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
         return {"skipped": True, "skip_reason": why}
     beat = beat_program()
     tool = Tool("conlock", binary, server)
-    problems, failovers, alive_after = [], [], 0
+    problems, failovers, margins, alive_after = [], [], [], 0
     err = ErrLog("10")
     for i in range(runs):
         d = tempfile.mkdtemp()
@@ -1187,7 +1224,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
                 problems.append(f"run {i}: cannot tell the holder's command among {found}")
                 continue
             w = tool.run([binary, "run", "--key", key, "--timeout", "120s", "--events", ev, "--",
-                          "bash", "-c", f"echo $EPOCHREALTIME > {started}"], stderr=err.f)
+                          *first_stamp_cmd(started)], stderr=err.f)
             procs.append(w)
             if not wait_for(lambda: w.poll() is not None or '"waiting"' in read_text(ev)) or w.poll() is not None:
                 problems.append(f"run {i}: the waiter exited {w.poll()} before it waited{err.last()}")
@@ -1197,7 +1234,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
                 code = w.wait(timeout=180)
             except subprocess.TimeoutExpired:
                 code = "none: still waiting after 180 s"
-            t0, t1 = read_float(killed), read_float(started)
+            t0, t1 = read_float(killed), first_stamp(started)
             _, last = read_beat(hb)
             if code != 0 or t0 is None or t1 is None:
                 problems.append(f"run {i}: the waiter exited {code}; kill stamped: {t0 is not None}, "
@@ -1206,6 +1243,8 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
             if last is None or last >= t1 or alive(cmd_pid):
                 alive_after += 1
                 problems.append(f"run {i}: the killed holder's command was still running when the next one started")
+            else:
+                margins.append((t1 - last) * 1000)
             failovers.append((t1 - t0) * 1000)
         finally:
             open(go, "w").close()
@@ -1216,6 +1255,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
         "runs": len(failovers),
         "problems": problems,
         "alive_at_next_start": alive_after,
+        "dead_before_next_ms_min": min(margins) if margins else None,
         "lock_delay": lock_delay,
         "killed": "conlock (the holder) by its own command, SIGKILL, inside a PID namespace whose PID 1 is sleep",
         "p50_ms": median(failovers),
@@ -1420,11 +1460,16 @@ SPEC = [
     ("4 failover after SIGKILL p50", "4_failover", "p50_ms", "ms", Max(100), None),
     ("4 failover after SIGKILL max", "4_failover", "max_ms", "ms", None, None),
     ("4 killed command alive at next start", "4_failover", "alive_at_next_start", "", Eq(0), Eq(0)),
+    ("4 last beat before next start, min", "4_failover", "dead_before_next_ms_min", "ms", None, None),
     ("4 lock-delay used", "4_failover", "lock_delay_s", "s", None, None),
     ("4 session TTL used", "4_failover", "ttl_s", "s", None, None),
     ("5 semaphore wall / ideal", "5_semaphore", "ratio", "x", Max(1.05), Max(1.05)),
-    ("5 semaphore requests per job", "5_semaphore", "requests_per_job", "", Max(12), Max(12)),
+    ("5 semaphore requests per job", "5_semaphore", "requests_per_job", "", Max(12), None),
     ("5 semaphore max concurrent", "5_semaphore", "max_concurrent", "", Max(4), Max(4)),
+    ("5 until the first 4 jobs ran", "5_semaphore", "ramp_ms", "ms", None, None),
+    ("5 freed slot to next start, p50", "5_semaphore", "slot_gap_ms_p50", "ms", None, None),
+    ("5 freed slot to next start, mean", "5_semaphore", "slot_gap_ms_mean", "ms", None, None),
+    ("5 last end to last exit", "5_semaphore", "tail_ms", "ms", None, None),
     ("6 idle holder requests/min", "6_idle", "holder_rpm", "", None, None),
     ("6 idle waiter requests/min", "6_idle", "per_waiter_rpm", "", Max(0.2), Max(0.2)),
     ("7 1000 blocking queries woken", "7_devserver_wakeup", "woken", "", Eq(1000), None),
@@ -1439,6 +1484,7 @@ SPEC = [
     ("10 failover, PID 1 no reaper p50", "10_no_reaper", "p50_ms", "ms", Max(100), Max(500)),
     ("10 failover, PID 1 no reaper max", "10_no_reaper", "max_ms", "ms", Max(100), Max(500)),
     ("10 killed command alive at next start", "10_no_reaper", "alive_at_next_start", "", Eq(0), Eq(0)),
+    ("10 last beat before next start, min", "10_no_reaper", "dead_before_next_ms_min", "ms", None, None),
     ("11 conlock peak RSS (VmHWM) p50", "11_rss", "conlock_hwm_mib_p50", "MiB", Max(4.77, "<= 4.77 MiB (5 MB)"), Max(4.77, "<= 4.77 MiB (5 MB)")),
     ("11 guardian peak RSS (VmHWM) p50", "11_rss", "guardian_hwm_mib_p50", "MiB", Max(2.38, "<= 2.38 MiB (2.5 MB)"), Max(2.38, "<= 2.38 MiB (2.5 MB)")),
     ("11 guardian peak RSS (VmHWM) max", "11_rss", "guardian_hwm_mib_max", "MiB", Max(2.38, "<= 2.38 MiB (2.5 MB)"), Max(2.38, "<= 2.38 MiB (2.5 MB)")),
