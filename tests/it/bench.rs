@@ -63,9 +63,18 @@ fn bench_compares_with_a_consul_lock_stand_in() {
     );
     assert!(!stderr.contains("kill-grace"), "{stderr}");
     // Targets that hold whatever the load: the request count and the guardian's kill.
-    assert!(line(&stdout, "1 requests per uncontended run").contains("PASS"), "{stdout}");
-    assert!(line(&stdout, "4 killed command alive at next start").contains("PASS"), "{stdout}");
-    for label in ["2 handoff, 10 waiters, overlaps", "2 handoff, 5 waiters, overlaps"] {
+    assert!(
+        line(&stdout, "1 requests per uncontended run").contains("PASS"),
+        "{stdout}"
+    );
+    assert!(
+        line(&stdout, "4 killed command alive at next start").contains("PASS"),
+        "{stdout}"
+    );
+    for label in [
+        "2 handoff, 10 waiters, overlaps",
+        "2 handoff, 5 waiters, overlaps",
+    ] {
         assert!(line(&stdout, label).contains("PASS"), "{stdout}");
     }
     let r: serde_json::Value = serde_json::from_str(&read(&out)).unwrap();
@@ -76,7 +85,11 @@ fn bench_compares_with_a_consul_lock_stand_in() {
         let reqs = t["1_uncontended"]["requests_per_run"].as_f64().unwrap();
         assert!((6.0..=7.0).contains(&reqs), "{tool}: {reqs} requests");
         assert_eq!(t["1_uncontended"]["runs"], 5, "{tool}");
-        assert_eq!(t["1_uncontended"]["problems"], serde_json::json!([]), "{tool}");
+        assert_eq!(
+            t["1_uncontended"]["problems"],
+            serde_json::json!([]),
+            "{tool}"
+        );
         assert_eq!(t["2_handoff"]["handoffs"], 30, "{tool}");
         assert_eq!(t["2_handoff"]["overlaps"], 0, "{tool}");
         assert_eq!(t["2_handoff"]["failed_jobs"], 0, "{tool}");
@@ -104,7 +117,10 @@ fn bench_compares_with_a_consul_lock_stand_in() {
         assert!(floor.as_f64().is_some_and(|ms| ms > 0.0), "{floor}");
     }
     // The table has a verdict and a ratio column.
-    assert!(stdout.contains("verdict") && stdout.contains("ratio"), "{stdout}");
+    assert!(
+        stdout.contains("verdict") && stdout.contains("ratio"),
+        "{stdout}"
+    );
 }
 
 /// A conlock that lets every second holder run without the lock: the handoff rows must
@@ -128,8 +144,13 @@ fn bench_misses_when_holders_overlap() {
     for label in ["2 handoff, 10 waiters, p50", "2 handoff, 10 waiters, p99"] {
         assert!(line(&stdout, label).contains("MISS"), "{stdout}");
     }
-    assert!(stdout.contains("jobs started while another was running"), "{stdout}");
+    assert!(
+        stdout.contains("jobs started while another was running"),
+        "{stdout}"
+    );
     let r: serde_json::Value = serde_json::from_str(&read(&out)).unwrap();
-    let overlaps = r["tools"]["conlock"]["2_handoff"]["overlaps"].as_u64().unwrap();
+    let overlaps = r["tools"]["conlock"]["2_handoff"]["overlaps"]
+        .as_u64()
+        .unwrap();
     assert!(overlaps > 0, "{}", r["tools"]["conlock"]["2_handoff"]);
 }
