@@ -1500,6 +1500,9 @@ SPEC = [
 ]
 
 
+SHARED = {"true_wall_ms_p50", "true_wall_ms_p99", "protocol_floor_ms_p50", "proxy_errors"}
+
+
 def judge(tools, real):
     """One line per measured SPEC entry: (label, value, unit, target text, verdict,
     consul lock's value, ratio), and the reasons of the MISSes. A row that failed, or
@@ -1531,7 +1534,8 @@ def judge(tools, real):
                 reasons[f"{key} (conlock)"] = row["skip_reason"]
             continue
         v = None if "error" in row else row.get(field)
-        ov = orow.get(field) if orow else None
+        # The floors are one measurement, not the tools': no `consul lock` column.
+        ov = orow.get(field) if orow and field not in SHARED else None
         ratio = v / ov if isinstance(v, (int, float)) and isinstance(ov, (int, float)) and ov else None
         verdict = ""
         if target:
@@ -1556,8 +1560,10 @@ def fmt(v, unit=""):
     if v is None:
         return "n/a"
     if isinstance(v, float):
-        return f"{v:.2f}{unit}" if abs(v) < 10 else f"{v:.1f}{unit}"
-    return f"{v}{unit}"
+        # Ratios to 3 places: 1.054 must not print as the 1.05 it missed.
+        places = 3 if unit == "x" else 2 if abs(v) < 10 else 1
+        return f"{v:.{places}f}"
+    return f"{v}"
 
 
 def report(r, out, real):
@@ -1573,9 +1579,9 @@ def report(r, out, real):
     print(head)
     print("-" * len(head))
     for label, v, unit, target, verdict, ov, ratio in lines:
-        line = f"{label:<38} {fmt(v) + (' ' + unit if unit and isinstance(v, (int, float)) else ''):>11} {target:>22} {verdict:>7}"
+        line = f"{label:<38} {fmt(v, unit) + (' ' + unit if unit and isinstance(v, (int, float)) else ''):>11} {target:>22} {verdict:>7}"
         if other:
-            line += f" {fmt(ov):>11} {'n/a' if ratio is None else f'{ratio:.2f}':>6}"
+            line += f" {fmt(ov, unit):>11} {'n/a' if ratio is None else f'{ratio:.3f}':>6}"
         print(line)
     if real and not other:
         print("(the targets relative to `consul lock` are not judged: it was not measured)")
