@@ -529,11 +529,11 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Builds the helper in `shared.dir`, or says why it cannot be used.
+/// Why the tests of a setuid-root helper need root.
+const HELPER_NEEDS_ROOT: &str = "needs root, to run conlock as nobody beside a setuid-root program";
+
+/// Builds the helper in `shared.dir` (as root), or says why it cannot be used.
 fn setuid_helper(shared: &Reachable) -> Result<PathBuf, String> {
-    if !is_root() {
-        return Err("needs root, to run conlock as nobody beside a setuid-root program".into());
-    }
     let dir = &shared.dir;
     let src = dir.join("helper.c");
     let bin = dir.join("helper");
@@ -625,6 +625,9 @@ fn assert_no_overlap(log: &Path) {
 /// until it ends, then release; the old one released at once.
 #[test]
 fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
+    if !is_root() {
+        return skip(HELPER_NEEDS_ROOT);
+    }
     let shared = reachable_scratch("eperm-guardian");
     let helper = match setuid_helper(&shared) {
         Ok(h) => h,
@@ -694,6 +697,10 @@ struct SurvivorRun {
 /// Starts a `SurvivorRun` on `key` once the helper runs; `None` (the test recorded as
 /// skipped, with why) where a setuid helper cannot be made.
 fn survivor_run(key: &str) -> Option<SurvivorRun> {
+    if !is_root() {
+        skip(HELPER_NEEDS_ROOT);
+        return None;
+    }
     let shared = reachable_scratch(key);
     let helper = match setuid_helper(&shared) {
         Ok(h) => h,

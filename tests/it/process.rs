@@ -635,7 +635,8 @@ fn an_escapee_hidden_by_hidepid_is_stopped() {
     };
     if !is_root() || !tools.iter().all(|t| Path::new(t).exists()) || !can_mount() {
         return skip(&format!(
-            "needs root, {tools:?} and Linux 5.8 (a /proc mount with hidepid=invisible)"
+            "needs root, {} and Linux 5.8 (a /proc mount with hidepid=invisible)",
+            tools.join(", ")
         ));
     }
     let server = start_server();
