@@ -156,8 +156,9 @@ pub trait Claim: Send + Sync + 'static {
         client: &Client,
         session_id: &str,
     ) -> std::result::Result<Option<String>, ConsulError>;
-    /// Gives the claim back and removes what is no longer needed. Best effort.
-    fn release(&self, client: &Client, session_id: &str);
+    /// Gives the claim back and removes what is no longer needed. Best effort: false
+    /// when Consul could not be told (then the session's end frees it).
+    fn release(&self, client: &Client, session_id: &str) -> bool;
     /// Whether the session must be renewed while waiting (a semaphore's contender key
     /// keeps its place in line; a lock waiter holds nothing).
     fn renew_while_waiting(&self) -> bool {
@@ -219,6 +220,37 @@ pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
 
 pub fn deadline_passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Pause between tries of a release that failed in a way that may pass.
+const RELEASE_RETRY: Duration = Duration::from_millis(250);
+
+/// Runs a release step again after a failure that may pass (a leader election answers
+/// 500 for a few seconds), pausing between tries, until `client`'s deadline (without
+/// one, `TRANSIENT_TRIES` tries in all): a release that is lost costs the next holder
+/// the session's TTL and lock-delay.
+pub fn retry_release<T>(
+    client: &Client,
+    mut f: impl FnMut() -> std::result::Result<T, ConsulError>,
+) -> std::result::Result<T, ConsulError> {
+    let mut tries = 1;
+    loop {
+        match f() {
+            Err(e) if e.is_retryable() => {
+                let time_left = match client.deadline() {
+                    Some(d) => Instant::now() + RELEASE_RETRY < d,
+                    None => tries < crate::consul::client::TRANSIENT_TRIES,
+                };
+                if !time_left {
+                    return Err(e);
+                }
+                ui::verbose(format_args!("releasing: {e}; retrying"));
+                tries += 1;
+                std::thread::sleep(RELEASE_RETRY);
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Pause after an answer that made no sense, before trying once more.

@@ -235,6 +235,11 @@ impl Client {
         }
     }
 
+    /// When this client's calls must end (see `with_deadline`).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// The same client with a pool of connections of its own. A blocking query on it (a
     /// monitor's) then never holds the connection this one's next request would reuse:
     /// the release after the command no longer waits for a new connection.

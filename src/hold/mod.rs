@@ -376,8 +376,8 @@ fn hold_guarded(
     }
     let cleanup_end = Instant::now() + CLEANUP_BUDGET;
     let cleanup = client.with_deadline(cleanup_end);
-    claim.release(&cleanup, &session_id);
-    if !matches!(outcome, Outcome::Lost(_)) {
+    let released = claim.release(&cleanup, &session_id);
+    if released && !matches!(outcome, Outcome::Lost(_)) {
         events::emit("released", serde_json::json!({ "session": session_id }));
     }
     if Instant::now() < cleanup_end {
@@ -397,8 +397,13 @@ fn hold_guarded(
             claim.describe()
         )),
         _ => ui::verbose(format_args!(
-            "command {}; released {}",
+            "command {}; {} {}",
             supervise::describe_end(code),
+            if released {
+                "released"
+            } else {
+                "could not release"
+            },
             claim.describe()
         )),
     }
@@ -408,8 +413,10 @@ fn hold_guarded(
 /// How long after the spawn the monitor sends its first query.
 const MONITOR_DELAY: Duration = Duration::from_millis(50);
 
-/// Total time for releasing and destroying the session once the command is gone.
-pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
+/// Total time for releasing and destroying the session once the command is gone: longer
+/// than a leader election (2.4-4.2 s measured on a 3-server cluster), during which the
+/// agent answers 500; a release that is lost costs the next holder TTL and lock-delay.
+pub const CLEANUP_BUDGET: Duration = Duration::from_secs(10);
 
 /// The exit code and the `how` of the `exit` event for an outcome.
 fn exit_of(outcome: &Outcome) -> (i32, &'static str) {

@@ -495,7 +495,7 @@ pub fn rewriting_relay(
 }
 
 /// Like [`inspecting_relay`], passing on what `edit` makes of each chunk.
-fn inspecting_relay_with(
+pub fn inspecting_relay_with(
     upstream: std::net::SocketAddr,
     edit: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static,
 ) -> std::net::SocketAddr {
