@@ -352,3 +352,52 @@ fn keys_with_spaces_unicode_and_leading_slash() {
     let (pair, _) = c.kv_get("a b/ü?&#%", QueryOptions::default()).unwrap();
     assert_eq!(pair.unwrap().key, "a b/ü?&#%");
 }
+
+/// A command that ends while the agent answers 500 (a leader election takes 2.4-4.2 s on
+/// a 3-server cluster): the release is retried until it goes through, so the next
+/// holder does not wait for the session's TTL (60 s here) and lock-delay. It was sent
+/// once: the key stayed held, and `released` was said anyway.
+#[test]
+fn a_release_during_a_leader_election_is_retried() {
+    for (what, args) in [
+        ("lock", vec!["run", "--key", "elect/k"]),
+        ("sem", vec!["sem", "--limit", "1", "--prefix", "elect/s"]),
+    ] {
+        let server = start_server();
+        let dir = scratch("release-election");
+        let (go, events) = (dir.join("go"), dir.join("events"));
+        let mut h = KillOnDrop(
+            conlock(&server)
+                .args(&args)
+                .args(["--ttl", "60s", "--events"])
+                .arg(&events)
+                .args(["--", "sh", "-c"])
+                .arg(format!(
+                    "touch {0}.ran; {1}",
+                    go.display(),
+                    until_exists(&go)
+                ))
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(LONG, || dir.join("go.ran").exists()),
+            "{what}: never ran"
+        );
+        fault(&server, "error", "2s");
+        std::fs::write(&go, "").unwrap();
+        assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(0), "{what}");
+        let c = client(&server);
+        let (pairs, _) = c
+            .kv_list(
+                if what == "lock" { "elect/k" } else { "elect/s" },
+                QueryOptions::default(),
+            )
+            .unwrap();
+        assert!(
+            pairs.iter().all(|p| p.holder().is_none()),
+            "{what}: still held after the exit: {pairs:?}"
+        );
+        assert!(read(&events).contains("\"released\""), "{what}");
+    }
+}
