@@ -776,10 +776,11 @@ fn status_watch_and_break_on_a_lock_conlock_holds() {
         "the holder's command got no SIGTERM"
     );
     assert_eq!(w.next(), ("lost".to_string(), Some(session.clone())));
-    // The key stays, free, inside the destroyed session's lock-delay.
+    // Free: 2 while the released key is left (Consul may still apply the lock-delay),
+    // 1 once the old holder deleted it on its way out, as `consul lock` does.
     let (code, text) = status_text(addr, &["--prefix", prefix]);
-    assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("lock-delay"), "{text}");
+    assert!(matches!(code, Some(1) | Some(2)), "{code:?}: {text}");
+    assert!(text.contains("state: free"), "{text}");
     let mut c = conlock_at(addr);
     c.args(["break", "--prefix", prefix, "--yes"]);
     let (code, out, _) = run_out(c);
@@ -1159,14 +1160,19 @@ fn datacenter_local_works_and_unknown_is_a_clear_error() {
         vec!["break", "--key", "real/dc/k", "--yes"],
     ] {
         let mut c = conlock_at(addr);
-        c.args(&args).args(["--datacenter", bogus]);
+        // Before the subcommand, where conlock takes the connection flags too.
+        c.args(["--datacenter", bogus]).args(&args);
         let (code, out, err) = run_out(c);
         assert_eq!(code, Some(125), "{args:?}: {out}{err}");
+        // Lines before it may say that the session create is retried.
+        let last = err.trim().lines().last().unwrap_or_default();
         assert!(
-            err.contains("No path to datacenter") && err.contains(bogus),
-            "{args:?}: the error should name the datacenter and Consul's answer: {err}"
+            last.starts_with("conlock: error:")
+                && last.contains("No path to datacenter")
+                && last.contains(&format!("{bogus:?}"))
+                && last.contains("--datacenter"),
+            "{args:?}: the error should give Consul's answer, the datacenter and where it came from: {err}"
         );
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
     }
     assert!(
         !never.exists(),

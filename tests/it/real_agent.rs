@@ -2,7 +2,7 @@
 //!
 //! The binary comes from `CONLOCK_REAL_CONSUL`. Every port is explicit and bound to
 //! 127.0.0.1 only (HTTP, serf LAN/WAN, server RPC, gRPC where the version has it; DNS
-//! and HTTPS off). The agent is killed by its PID and reaped when dropped, and through
+//! and HTTPS off), and the update check, the one call it would make elsewhere, is off. The agent is killed by its PID and reaped when dropped, and through
 //! `PR_SET_PDEATHSIG` if the test binary dies first.
 
 #![allow(dead_code)]
@@ -130,13 +130,14 @@ impl RealAgent {
             p
         };
         let (http, serf_lan, serf_wan, server) = (port(), port(), port(), port());
-        let mut ports = format!(
+        let mut hcl = format!(
             "ports {{ http = {http} https = -1 dns = -1 serf_lan = {serf_lan} serf_wan = {serf_wan} server = {server}"
         );
         if grpc {
-            ports.push_str(&format!(" grpc = {}", port()));
+            hcl.push_str(&format!(" grpc = {}", port()));
         }
-        ports.push_str(" }");
+        // No update check either: it would look up and call checkpoint-api.hashicorp.com.
+        hcl.push_str(" } disable_update_check = true disable_anonymous_signature = true");
         let log = dir.join("agent.log");
         let mut cmd = Command::new(bin);
         cmd.args([
@@ -148,7 +149,7 @@ impl RealAgent {
             "127.0.0.1",
         ])
         .args(["-node", &format!("conlock-real-{name}")])
-        .args(["-hcl", &ports])
+        .args(["-hcl", &hcl])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .current_dir(dir)
