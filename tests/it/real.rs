@@ -86,6 +86,17 @@ impl Proc {
     }
 }
 
+impl Drop for Proc {
+    /// A test that fails midway stops what it started: SIGTERM first, which `consul lock`
+    /// passes to its command (its SIGKILL would leave the command running), then SIGKILL.
+    fn drop(&mut self) {
+        if !self.exited() {
+            signal(self.child.0.id(), libc::SIGTERM);
+            wait_for(Duration::from_secs(10), || self.exited());
+        }
+    }
+}
+
 /// Waits for all and asserts each exited 0, naming those that did not and what they said.
 fn assert_all_succeed(procs: &mut [Proc], log: &Path) {
     let mut bad = Vec::new();
@@ -237,12 +248,17 @@ fn assert_turns(log: &Path, n: usize, limit: usize) {
     );
 }
 
-/// A logged command that runs until `go` exists and records a SIGTERM in `term`.
+/// A logged command that runs until `go` exists (at most about 5 minutes, should the
+/// test die without saying so) and records a SIGTERM in `term`.
 fn held_until(log: &Path, go: &Path, term: &Path) -> String {
+    let wait = format!(
+        "i=0; while [ ! -e {} ] && [ $i -lt 30000 ]; do sleep 0.01; i=$((i+1)); done",
+        go.display()
+    );
     format!(
         "trap 'date +%s%N > {}; exit 0' TERM; {}",
         term.display(),
-        logged_job(log, &until_exists(go))
+        logged_job(log, &wait)
     )
 }
 

@@ -149,6 +149,8 @@ impl RealAgent {
             "127.0.0.1",
         ])
         .args(["-node", &format!("conlock-real-{name}")])
+        // The tests read the HTTP requests it logs at this level.
+        .args(["-log-level", "debug"])
         .args(["-hcl", &hcl])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
