@@ -57,7 +57,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := $(TARGET_DIR)/debian/conlock_$(VERSION)-1_$(DEB_ARCH).deb
 
-.PHONY: all build release demo test test-release fmt-check lint musl-check unit completions completions-check \
+.PHONY: all build release demo test test-release test-real fmt-check lint musl-check unit completions completions-check \
 	selfcontained-check layers-check install uninstall install-check deb deb-check units-check \
 	bench bench-run soak clean
 
@@ -107,6 +107,21 @@ test-release: $(RELEASE_BIN)
 	@echo "test-release: the binary-facing tests against $(RELEASE_BIN) ($(RELEASE_KIND))"
 	CONLOCK_TEST_BIN=$(abspath $(RELEASE_BIN)) $(CARGO) test --test it -- \
 		--skip client:: --skip devserver:: --skip devserver_faults:: --skip prop:: --skip schema::
+
+## The tests against a real Consul agent (not in `make test`: CI has no consul binary):
+## `make test-real CONSUL_BIN=/path/to/consul` (scripts/build-consul.sh builds one from a
+## source tree). The tests start their own agents on loopback, with explicit ports, and
+## use the same binary's `consul lock`.
+test-real:
+	@bin=$$(command -v -- '$(CONSUL_BIN)' 2>/dev/null || true); \
+	if [ -z '$(CONSUL_BIN)' ]; then \
+		echo "test-real: no Consul agent given: make test-real CONSUL_BIN=/path/to/consul"; exit 2; \
+	elif [ -z "$$bin" ] || [ ! -f "$$bin" ] || [ ! -x "$$bin" ]; then \
+		echo "test-real: CONSUL_BIN=$(CONSUL_BIN) is not an executable file"; exit 2; \
+	fi; \
+	case "$$bin" in /*) ;; *) bin="$$PWD/$$bin" ;; esac; \
+	echo "test-real: $$("$$bin" version | head -n1) ($$bin)"; \
+	CONLOCK_REAL_CONSUL="$$bin" $(CARGO) test --test it -- --ignored real:: real_cluster::
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -495,13 +495,23 @@ impl Client {
             status @ 500..=599 => Err(ConsulError::Server {
                 what: what.to_string(),
                 status,
-                body: error_text(&answer.body),
+                body: self.name_datacenter(error_text(&answer.body)),
             }),
             status => Err(ConsulError::Rejected {
                 what: what.to_string(),
                 status,
                 body: error_text(&answer.body),
             }),
+        }
+    }
+
+    /// Consul's "No path to datacenter" does not say which one: name it.
+    fn name_datacenter(&self, body: String) -> String {
+        match &self.cfg.datacenter {
+            Some(dc) if body.contains("No path to datacenter") => {
+                format!("{body} {dc:?} (check --datacenter or CONSUL_DATACENTER)")
+            }
+            _ => body,
         }
     }
 

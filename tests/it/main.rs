@@ -13,6 +13,8 @@ mod ops;
 mod peers;
 mod process;
 mod prop;
+mod real;
+mod real_agent;
 mod review;
 mod run;
 mod safety;
