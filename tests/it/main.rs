@@ -13,6 +13,7 @@ mod ops;
 mod peers;
 mod process;
 mod prop;
+mod real_cluster;
 mod review;
 mod run;
 mod safety;
