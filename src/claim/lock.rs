@@ -12,8 +12,7 @@ use super::{
 };
 use crate::clock::BootInstant;
 use crate::consul::{
-    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, TxnAnswer, TxnKvOp,
-    LOCK_FLAGS,
+    next_index, Client, ConsulError, KvPair, PutOptions, QueryMeta, QueryOptions, LOCK_FLAGS,
 };
 use crate::error::{Error, Result};
 use crate::ui;
@@ -74,59 +73,66 @@ impl Lock {
 /// What one attempt to take the lock did.
 enum Take {
     Held(Held),
-    /// The key is no longer as we saw it (another holder, or written meanwhile).
-    Changed,
-    /// Refused for a lock-delay of a session that ended.
-    LockDelay,
+    /// Another holder was faster: its read, for the next turn.
+    Changed((Option<KvPair>, QueryMeta)),
+    /// Refused with no holder: a lock-delay of a session that ended. The look that
+    /// showed no holder.
+    LockDelay(Option<KvPair>),
     /// Our session does not exist (any more).
     InvalidSession,
+    /// Consul said it took the key for us, but a consistent read right after does not
+    /// show it held by us with our flags.
+    Puzzling(String),
 }
 
 impl Lock {
-    /// Takes the key if it is still as last seen free (ModifyIndex `at`, 0: absent), in
-    /// one transaction that also answers with the key as we now hold it: the fencing
-    /// token, with no read after. A raft write that shows us holding is the first
-    /// confirmation (see `Session::deadline`), as of when it was sent.
-    fn take(
-        &self,
-        client: &Client,
-        session_id: &str,
-        at: u64,
-    ) -> std::result::Result<Take, ConsulError> {
-        let value = self.value.bytes();
-        // A key that is not free, or not a lock, is never overwritten: the guard fails.
-        let guard = if at == 0 {
-            TxnKvOp::cas(&self.key, &value, LOCK_FLAGS, 0)
-        } else {
-            TxnKvOp::check_index(&self.key, at)
+    /// Takes the key, last seen free and a lock (or absent), with `?acquire` and the flags
+    /// in the query string: Consul before 1.7 rounds 64-bit flags in a `/v1/txn` body
+    /// (recorded in 12-txn), so transactions never carry them. The consistent read after
+    /// it gives the fencing token and is the first confirmation (see `Session::deadline`).
+    fn take(&self, client: &Client, session_id: &str) -> std::result::Result<Take, ConsulError> {
+        let put = PutOptions {
+            flags: LOCK_FLAGS,
+            acquire: Some(session_id),
+            ..Default::default()
         };
-        let ops = [
-            guard,
-            TxnKvOp::lock(&self.key, &value, LOCK_FLAGS, session_id),
-        ];
+        match client.kv_put(&self.key, &self.value.bytes(), put) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Refused: another waiter was faster, or a lock-delay runs. One look
+                // tells them apart; a new holder is then watched as usual.
+                let look = client.kv_get(&self.key, QueryOptions::default())?;
+                return Ok(if look.0.as_ref().is_some_and(|p| p.holder().is_some()) {
+                    Take::Changed(look)
+                } else {
+                    Take::LockDelay(look.0)
+                });
+            }
+            Err(e) if claim::is_invalid_session(&e) => return Ok(Take::InvalidSession),
+            Err(e) => return Err(e),
+        }
         let sent = BootInstant::now();
-        let answer = client.txn(&ops, &format!("acquire of key {:?}", self.key))?;
-        if answer.refused_for_lock_delay() {
-            return Ok(Take::LockDelay);
+        let (pair, meta) = client.kv_get(&self.key, QueryOptions::consistent())?;
+        match pair {
+            Some(p) if p.holder() == Some(session_id) && p.flags == LOCK_FLAGS => {
+                self.held_at.store(p.modify_index, Ordering::SeqCst);
+                Ok(Take::Held(Held {
+                    lock_index: p.lock_index,
+                    modify_index: p.modify_index,
+                    confirmed_at: sent,
+                }))
+            }
+            // Taken from us at once: only an invalidated session explains it, and the
+            // next acquire says so (invalid session).
+            Some(p) if p.holder().is_some_and(|h| h != session_id) => {
+                Ok(Take::Changed((Some(p), meta)))
+            }
+            other => Ok(Take::Puzzling(format!(
+                "Consul answered true to acquiring {:?} with session {session_id} and Flags {LOCK_FLAGS:#x}, but a consistent read right after shows {}",
+                self.key,
+                claim::describe_pair(other.as_ref())
+            ))),
         }
-        if answer.refused_for_invalid_session() {
-            return Ok(Take::InvalidSession);
-        }
-        let TxnAnswer::Done(results) = answer else {
-            return Ok(Take::Changed);
-        };
-        let Some(p) = results
-            .into_iter()
-            .rfind(|p| p.key == self.key && p.holder() == Some(session_id))
-        else {
-            return Ok(Take::Changed);
-        };
-        self.held_at.store(p.modify_index, Ordering::SeqCst);
-        Ok(Take::Held(Held {
-            lock_index: p.lock_index,
-            modify_index: p.modify_index,
-            confirmed_at: sent,
-        }))
     }
 }
 
@@ -162,92 +168,115 @@ impl Claim for Lock {
     ) -> Result<Option<Held>> {
         let mut index = 0;
         let mut delay = DelayTracker::default();
-        // Take the key as it was last seen free: at this ModifyIndex (0: absent). The
-        // first try assumes the usual case, no key, and so needs no read before it.
-        let mut take_at = Some(0);
+        let mut puzzles = claim::Puzzles::default();
+        // A read made by the last attempt, for the next turn of the loop.
+        let mut looked = None;
+        // After sleeping through a lock-delay the key was last seen free: take it at once.
+        let mut retake = false;
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
             }
             let session_id = session.id();
-            if let Some(at) = take_at.take() {
-                match self.take(client, &session_id, at) {
-                    Ok(Take::Held(h)) => return Ok(Some(h)),
-                    // Someone else wrote it first: read it and go on from there.
-                    Ok(Take::Changed) => {}
-                    Ok(Take::LockDelay) => {
-                        // Nothing changes on the server until the lock-delay ends: sleep.
-                        let retry = delay.refused();
-                        wait.lock_delay(retry.until);
-                        if claim::deadline_passed(deadline) {
-                            return Ok(None);
-                        }
-                        claim::sleep_until_deadline(retry.after, deadline);
-                    }
-                    Ok(Take::InvalidSession) => {
-                        ui::verbose(format_args!(
-                            "session {session_id} is gone; creating a new one"
-                        ));
-                        session.recreate()?;
-                    }
-                    // Ambiguous: the next read shows whether the write went through.
-                    Err(e) if e.is_retryable() => {
-                        if !claim::pause_after_failure(&e, deadline) {
-                            return Ok(None);
-                        }
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-                index = 0;
-                continue;
-            }
-            let q = match deadline {
-                _ if index == 0 => QueryOptions::default(),
-                Some(d) => QueryOptions::blocking(
-                    index,
-                    d.saturating_duration_since(Instant::now()).min(WATCH_WAIT),
-                ),
-                None => QueryOptions::blocking(index, WATCH_WAIT),
-            };
-            let (pair, meta) = match claim::while_waiting(client.kv_get(&self.key, q), deadline)? {
-                Waited::Got(r) => r,
-                Waited::Retry => {
-                    index = 0;
-                    continue;
-                }
-                Waited::Busy => return Ok(None),
-            };
-            index = next_index(index, meta.index);
-            if let Some(p) = &pair {
-                self.check_flags(p)?;
-                if let Some(h) = p.holder() {
-                    if h == session_id {
-                        // An earlier acquire went through though we did not see its answer.
-                        match claim::while_waiting(self.read_held(client, &session_id), deadline)? {
-                            Waited::Got(Some(h)) => return Ok(Some(h)),
-                            Waited::Got(None) | Waited::Retry => {}
-                            Waited::Busy => return Ok(None),
-                        }
+            if !std::mem::take(&mut retake) {
+                let q = match deadline {
+                    _ if index == 0 => QueryOptions::default(),
+                    Some(d) => QueryOptions::blocking(
+                        index,
+                        d.saturating_duration_since(Instant::now()).min(WATCH_WAIT),
+                    ),
+                    None => QueryOptions::blocking(index, WATCH_WAIT),
+                };
+                let read = match looked.take() {
+                    Some(r) => Ok(r),
+                    None => client.kv_get(&self.key, q),
+                };
+                let (pair, meta) = match claim::while_waiting(read, deadline)? {
+                    Waited::Got(r) => r,
+                    Waited::Retry => {
                         index = 0;
                         continue;
                     }
-                    if delay.is_new_holder(h) {
-                        // Once per holder: who it is, for the message, and its lock-delay,
-                        // which can only be read while it holds. conlock's own value says
-                        // both; only another tool's holder costs a session lookup.
-                        let info = super::describe::holder_from_value(p, h)
-                            .unwrap_or_else(|| super::describe::holder(client, p, h));
-                        delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
-                        wait.held_by(info.describe(), h);
+                    Waited::Busy => return Ok(None),
+                };
+                index = next_index(index, meta.index);
+                if let Some(p) = &pair {
+                    self.check_flags(p)?;
+                    if let Some(h) = p.holder() {
+                        if h == session_id {
+                            // An earlier acquire went through though we did not see its answer.
+                            match claim::while_waiting(
+                                self.read_held(client, &session_id),
+                                deadline,
+                            )? {
+                                Waited::Got(Some(h)) => return Ok(Some(h)),
+                                Waited::Got(None) | Waited::Retry => {}
+                                Waited::Busy => return Ok(None),
+                            }
+                            index = 0;
+                            continue;
+                        }
+                        // Another holder in between: a later puzzle is a first one.
+                        puzzles.clear();
+                        if delay.is_new_holder(h) {
+                            // Once per holder: who it is, for the message, and its lock-delay,
+                            // which can only be read while it holds. conlock's own value says
+                            // both; only another tool's holder costs a session lookup.
+                            let info = super::describe::holder_from_value(p, h)
+                                .unwrap_or_else(|| super::describe::holder(client, p, h));
+                            delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
+                            wait.held_by(info.describe(), h);
+                        }
+                        if claim::deadline_passed(deadline) {
+                            return Ok(None);
+                        }
+                        continue;
                     }
+                }
+                delay.saw_free();
+            }
+            index = 0;
+            match self.take(client, &session_id) {
+                Ok(Take::Held(h)) => return Ok(Some(h)),
+                Ok(Take::Changed(look)) => {
+                    puzzles.clear();
+                    looked = Some(look);
+                }
+                Ok(Take::LockDelay(look)) => {
+                    puzzles.clear();
+                    if let Some(p) = &look {
+                        self.check_flags(p)?;
+                    }
+                    // Nothing changes on the server until the lock-delay ends: sleep.
+                    let retry = delay.refused();
+                    wait.lock_delay(retry.until);
                     if claim::deadline_passed(deadline) {
                         return Ok(None);
                     }
-                    continue;
+                    claim::sleep_until_deadline(retry.after, deadline);
+                    retake = true;
                 }
+                Ok(Take::InvalidSession) => {
+                    puzzles.clear();
+                    ui::verbose(format_args!(
+                        "session {session_id} is gone; creating a new one"
+                    ));
+                    session.recreate()?;
+                }
+                Ok(Take::Puzzling(detail)) => {
+                    let what = format!("the acquire of key {:?}", self.key);
+                    if !puzzles.puzzled(client, &what, detail, deadline)? {
+                        return Ok(None);
+                    }
+                }
+                // Ambiguous: the next read shows whether the write went through.
+                Err(e) if e.is_retryable() => {
+                    if !claim::pause_after_failure(&e, deadline) {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            delay.saw_free();
-            take_at = Some(pair.map_or(0, |p| p.modify_index));
         }
     }
 

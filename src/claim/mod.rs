@@ -221,6 +221,69 @@ pub fn deadline_passed(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
+/// Pause after an answer that made no sense, before trying once more.
+const PUZZLED_PAUSE: Duration = Duration::from_millis(200);
+
+/// Answers conlock cannot make sense of (a write Consul said it applied that a consistent
+/// read right after does not show). Once can be a race with an operator; twice in a row
+/// is a server that stores something else than what it was sent (as Consul before 1.7
+/// did with 64-bit flags in a transaction), and retrying would only hammer it.
+#[derive(Debug, Default)]
+pub struct Puzzles {
+    seen: bool,
+}
+
+impl Puzzles {
+    /// A sensible answer came: the next puzzle is a first one again.
+    pub fn clear(&mut self) {
+        self.seen = false;
+    }
+
+    /// Records a puzzling answer: the second in a row is an error (exit 125) that says
+    /// what Consul answered and what was expected; the first pauses. False when
+    /// `deadline` passed meanwhile (busy).
+    pub fn puzzled(
+        &mut self,
+        client: &Client,
+        what: &str,
+        detail: String,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        if self.seen {
+            return Err(ConsulError::BadAnswer {
+                what: what.to_string(),
+                addr: client.config().addr.clone(),
+                detail: format!(
+                    "{detail} (twice in a row; a Consul agent that changes what it stores, such as 64-bit flags in a transaction before 1.7, or a proxy in between?)"
+                ),
+            }
+            .into());
+        }
+        self.seen = true;
+        ui::notice(format_args!("{what}: {detail}; trying once more"));
+        if deadline_passed(deadline) {
+            return Ok(false);
+        }
+        sleep_until_deadline(PUZZLED_PAUSE, deadline);
+        Ok(true)
+    }
+}
+
+/// A key as read, for messages.
+pub fn describe_pair(pair: Option<&KvPair>) -> String {
+    match pair {
+        None => "no key".to_string(),
+        Some(p) => format!(
+            "the key with Flags {:#x}, {}",
+            p.flags,
+            match p.holder() {
+                Some(h) => format!("held by session {h}"),
+                None => "held by no session".to_string(),
+            }
+        ),
+    }
+}
+
 /// Is this error Consul saying our session does not exist (any more)?
 pub fn is_invalid_session(e: &ConsulError) -> bool {
     match e {

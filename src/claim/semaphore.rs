@@ -17,8 +17,7 @@ use super::{
 use crate::clock::BootInstant;
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{
-    next_index, Client, ConsulError, KvPair, QueryMeta, QueryOptions, TxnAnswer, TxnKvOp,
-    SEMAPHORE_FLAGS,
+    next_index, Client, ConsulError, KvPair, PutOptions, QueryOptions, SEMAPHORE_FLAGS,
 };
 use crate::error::{Error, Result};
 use crate::ui;
@@ -178,15 +177,6 @@ impl Cushions {
     }
 }
 
-/// What one attempt to take a slot did.
-enum Slot {
-    Held(Held),
-    /// `.lock` changed since our read (or we are not in it after all).
-    Changed,
-    /// Our session does not exist (any more).
-    InvalidSession,
-}
-
 impl Semaphore {
     fn lock_key(&self) -> String {
         format!("{}/{LOCK_KEY}", self.prefix)
@@ -246,90 +236,40 @@ impl Semaphore {
         })
     }
 
-    /// Creates (or rewrites) our contender key with our session and reads the whole
-    /// prefix, in one transaction: the listing is as of that raft write, so it counts as
-    /// a consistent read, and blocking reads can go on from that write's index.
-    /// `None`: our session does not exist (any more).
-    fn enter(
-        &self,
-        client: &Client,
-        sid: &str,
-    ) -> std::result::Result<Option<(Vec<KvPair>, QueryMeta)>, ConsulError> {
-        let key = self.contender_key(sid);
-        let ops = [
-            TxnKvOp::lock(&key, &self.value.bytes(), SEMAPHORE_FLAGS, sid),
-            TxnKvOp::get_tree(&format!("{}/", self.prefix)),
-        ];
-        let answer = crate::consul::retry_transient("creating the contender key", || {
-            client.txn(&ops, &format!("creation of contender key {key:?}"))
-        })?;
-        match answer {
-            // The first result is the lock op's; the listing follows.
-            TxnAnswer::Done(mut results) if !results.is_empty() => {
-                let ours = results.remove(0);
-                let meta = QueryMeta {
-                    index: ours.modify_index,
-                };
-                Ok(Some((results, meta)))
-            }
-            // Our own key under a lock-delay: our session was invalidated (Consul
-            // refuses for the lock-delay before it would say the session is invalid).
-            a if a.refused_for_invalid_session() || a.refused_for_lock_delay() => Ok(None),
-            TxnAnswer::Done(_) | TxnAnswer::Refused(_) => Err(ConsulError::BadAnswer {
-                what: format!("creation of contender key {key:?}"),
-                addr: client.config().addr.clone(),
-                detail: format!("Consul refused it: {answer:?}"),
-            }),
-        }
-    }
-
-    /// Takes a slot: writes `.lock` (`state`, by check-and-set against the view) and
-    /// rewrites our contender key in one transaction. With `state` `None` (we are
-    /// listed already, by a write whose answer we did not see) `.lock` is only checked
-    /// to be unchanged. Our key's new ModifyIndex, the fencing token, is then later than
-    /// every earlier holder's, and the lock op fails the whole transaction if our session
-    /// is gone, so a dead session never gets a slot. The raft write is the first
-    /// confirmation (see `Session::deadline`), as of when it was sent.
-    fn take_slot(
+    /// Writes `.lock` by check-and-set against the view; false when someone else wrote
+    /// first. Flags go in the query string: Consul before 1.7 rounds 64-bit flags in a
+    /// `/v1/txn` body (recorded in 12-txn), so conlock sends no transactions.
+    fn write_lock(
         &self,
         client: &Client,
         view: &View,
-        state: Option<&LockState>,
+        state: &LockState,
+    ) -> std::result::Result<bool, ConsulError> {
+        let put = PutOptions {
+            flags: SEMAPHORE_FLAGS,
+            cas: Some(view.lock.as_ref().map_or(0, |p| p.modify_index)),
+            ..Default::default()
+        };
+        client.kv_put(&self.lock_key(), &state.encode(), put)
+    }
+
+    /// Writes our contender key with our session (creates it, or rewrites it for a new
+    /// ModifyIndex). `Ok(false)`: refused, which for our own key means a lock-delay,
+    /// left only when our session was invalidated.
+    fn write_contender(
+        &self,
+        client: &Client,
         sid: &str,
-    ) -> std::result::Result<Slot, ConsulError> {
-        let lock_key = self.lock_key();
-        let at = view.lock.as_ref().map_or(0, |p| p.modify_index);
-        let guard = match state {
-            Some(st) => TxnKvOp::cas(&lock_key, &st.encode(), SEMAPHORE_FLAGS, at),
-            None => TxnKvOp::check_index(&lock_key, at),
+    ) -> std::result::Result<bool, ConsulError> {
+        let put = PutOptions {
+            flags: SEMAPHORE_FLAGS,
+            acquire: Some(sid),
+            ..Default::default()
         };
-        let key = self.contender_key(sid);
-        let ops = [
-            guard,
-            TxnKvOp::lock(&key, &self.value.bytes(), SEMAPHORE_FLAGS, sid),
-        ];
-        let sent = BootInstant::now();
-        let answer = client.txn(&ops, &format!("write of key {lock_key:?}"))?;
-        // A lock-delay on our own key: our session was invalidated (see `enter`).
-        if answer.refused_for_invalid_session() || answer.refused_for_lock_delay() {
-            return Ok(Slot::InvalidSession);
+        match client.kv_put(&self.contender_key(sid), &self.value.bytes(), put) {
+            Err(e) if claim::is_invalid_session(&e) => Ok(false),
+            other => other,
         }
-        let TxnAnswer::Done(results) = answer else {
-            return Ok(Slot::Changed);
-        };
-        Ok(
-            match results
-                .into_iter()
-                .find(|p| p.key == key && p.holder() == Some(sid))
-            {
-                Some(p) => Slot::Held(Held {
-                    lock_index: 1,
-                    modify_index: p.modify_index,
-                    confirmed_at: sent,
-                }),
-                None => Slot::Changed,
-            },
-        )
     }
 
     /// Why a read of our contender key means the slot is no longer ours.
@@ -358,11 +298,19 @@ impl Claim for Semaphore {
     ) -> Result<Option<Held>> {
         let my_delay = session.lock_delay().as_millis() as u64;
         let mut cushions = Cushions::default();
+        let mut puzzles = claim::Puzzles::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
         // Our contender key must be (re)created first: at the start, and after the
         // session or the key was lost.
         let mut enter = true;
+        // What our last write should show in the next consistent read: our key (after
+        // writing it), or us in `.lock` (after a check-and-set at this `.lock` index).
+        let mut expect_key = false;
+        let mut expect_listed: Option<u64> = None;
+        // Our key was rewritten after our slot was written: its ModifyIndex, the fencing
+        // token, is then later than every earlier holder's.
+        let mut touched = false;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
         let chain_wait = session.ttl();
@@ -372,48 +320,119 @@ impl Claim for Semaphore {
                 enter = true;
             }
             let sid = session.id();
-            // A listing that came with the transaction that created our key.
-            let mut entered = None;
             if enter {
-                match self.enter(client, &sid)? {
-                    Some(listing) => entered = Some(listing),
-                    None => {
-                        session.recreate()?;
-                        continue;
+                let key = self.contender_key(&sid);
+                let written = crate::consul::retry_transient("creating the contender key", || {
+                    self.write_contender(client, &sid)
+                })?;
+                if !written {
+                    // Our session was invalidated: a new one gets a new key. A fresh
+                    // session refused again makes no sense.
+                    let what = format!("the creation of contender key {key:?}");
+                    let detail = format!(
+                        "Consul refused to write it with session {sid} (invalid session or a lock-delay)"
+                    );
+                    if !puzzles.puzzled(client, &what, detail, deadline)? {
+                        return Ok(None);
                     }
+                    session.recreate()?;
+                    continue;
                 }
                 enter = false;
+                expect_key = true;
+                touched = false;
                 index = 0;
             }
-            // Plain reads are consistent, like the transaction's listing.
-            let q = if index == 0 {
+            // Plain reads are consistent: the one that shows us holding is the first
+            // confirmation (see `Session::deadline`).
+            let consistent = index == 0;
+            let q = if consistent {
                 QueryOptions::consistent()
             } else {
                 let left =
                     deadline.map_or(wait_for, |d| d.saturating_duration_since(Instant::now()));
                 QueryOptions::blocking(index, wait_for.min(left))
             };
-            let (pairs, meta) = match entered {
-                Some(listing) => listing,
-                None => match claim::while_waiting(client.kv_list(&self.prefix, q), deadline)? {
+            let sent = BootInstant::now();
+            let (pairs, meta) =
+                match claim::while_waiting(client.kv_list(&self.prefix, q), deadline)? {
                     Waited::Got(r) => r,
                     Waited::Retry => {
                         index = 0;
                         continue;
                     }
                     Waited::Busy => return Ok(None),
-                },
-            };
+                };
             let timed_out = index != 0 && meta.index == index;
             index = next_index(index, meta.index);
+            let my_key = self.contender_key(&sid);
+            let mine = pairs.iter().find(|p| p.key == my_key).cloned();
             let view = self.view(pairs)?;
-            let Some(&(my_created, _)) = view.contenders.get(&sid) else {
+            let Some(&(my_created, my_modified)) = view.contenders.get(&sid) else {
+                if std::mem::take(&mut expect_key) {
+                    let what = format!("the creation of contender key {my_key:?}");
+                    let detail = format!(
+                        "Consul answered true to writing it with session {sid} and Flags {SEMAPHORE_FLAGS:#x}, but a consistent read right after shows {}",
+                        claim::describe_pair(mine.as_ref())
+                    );
+                    if !puzzles.puzzled(client, &what, detail, deadline)? {
+                        return Ok(None);
+                    }
+                }
                 // Our contender key vanished (session invalidated, or an operator); start over.
                 enter = session.lost().is_none();
                 index = 0;
                 continue;
             };
+            expect_key = false;
             let listed = view.state.holders.contains_key(&sid);
+            if let Some(at) = expect_listed.take() {
+                let lock_at = view.lock.as_ref().map_or(0, |p| p.modify_index);
+                // Our check-and-set applied, or another write came first: both make sense.
+                if !listed && lock_at == at {
+                    let what = format!("the write of key {:?}", self.lock_key());
+                    let detail = format!(
+                        "a check-and-set at ModifyIndex {at} that adds session {sid} left it unchanged"
+                    );
+                    if !puzzles.puzzled(client, &what, detail, deadline)? {
+                        return Ok(None);
+                    }
+                    index = 0;
+                    continue;
+                }
+            }
+            if listed {
+                if !touched {
+                    match self.write_contender(client, &sid) {
+                        Ok(true) => touched = true,
+                        // Our session died: its slot is pruned by others after its cushion.
+                        Ok(false) => {
+                            session.recreate()?;
+                            enter = true;
+                        }
+                        Err(e) if e.is_retryable() => {
+                            if !claim::pause_after_failure(&e, deadline) {
+                                return Ok(None);
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    index = 0;
+                    continue;
+                }
+                if !consistent {
+                    index = 0;
+                    continue;
+                }
+                // We are in (our check-and-set, and the rewrite of our key after it, went
+                // through). Only we write our key, so the token is unique.
+                return Ok(Some(Held {
+                    lock_index: 1,
+                    modify_index: my_modified,
+                    confirmed_at: sent,
+                }));
+            }
+            puzzles.clear();
             let mut state = view.state.clone();
             let cushion_ends = cushions.prune(&view, &mut state);
             let free = (self.limit as usize).saturating_sub(state.holders.len());
@@ -433,22 +452,30 @@ impl Claim for Semaphore {
             let rank = ahead.len();
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
             let my_turn = rank < free || timed_out || claim::deadline_passed(deadline);
-            if listed || (free > 0 && my_turn) {
-                let new_state = (!listed).then(|| {
-                    state.holders.insert(sid.clone(), true);
-                    state.delays.insert(sid.clone(), my_delay);
-                    state.clone()
-                });
-                let taken = self.take_slot(client, &view, new_state.as_ref(), &sid);
-                match claim::while_waiting(taken, deadline)? {
-                    Waited::Got(Slot::Held(h)) => return Ok(Some(h)),
-                    Waited::Got(Slot::InvalidSession) => {
-                        session.recreate()?;
-                        enter = true;
+            if free > 0 && my_turn {
+                state.holders.insert(sid.clone(), true);
+                state.delays.insert(sid.clone(), my_delay);
+                // Only a rewrite of our key after this write makes the token later than
+                // the holders before us.
+                touched = false;
+                match claim::while_waiting(self.write_lock(client, &view, &state), deadline)? {
+                    Waited::Got(written) => {
+                        expect_listed = Some(view.lock.as_ref().map_or(0, |p| p.modify_index));
+                        // Rewrite our key at once: that wakes the waiter behind us, and
+                        // it fails if our session died meanwhile (then others prune the
+                        // slot we wrote after our cushion).
+                        if written {
+                            match self.write_contender(client, &sid) {
+                                Ok(true) => touched = true,
+                                Ok(false) => {}
+                                Err(e) => ui::verbose(format_args!(
+                                    "after taking a slot: {e}; checking again"
+                                )),
+                            }
+                        }
                     }
-                    // Lost a check-and-set race (read again at once), or ambiguous: the
-                    // next (consistent) read shows whether we are in.
-                    Waited::Got(Slot::Changed) | Waited::Retry => {}
+                    // Ambiguous: the next (consistent) read shows whether we are in.
+                    Waited::Retry => {}
                     Waited::Busy => return Ok(None),
                 }
                 index = 0;
@@ -578,52 +605,48 @@ impl Claim for Semaphore {
     fn release(&self, client: &Client, session_id: &str) {
         let lock_key = self.lock_key();
         let mine = self.contender_key(session_id);
-        // Our key goes with our entry in `.lock`, in one transaction against the `.lock`
-        // we read: holders leaving at the same time then see each other gone, and the
-        // last one out removes `.lock`, also by check-and-set, so a newcomer that just
-        // joined keeps it.
+        // `.lock` first, by check-and-set against what we read, so that a waiter sees a
+        // free slot at once (not a vanished holder with a cushion); the last one out
+        // removes `.lock`, also by check-and-set, so a newcomer that just joined keeps it.
         for _ in 0..100 {
             let view = match client.kv_list(&self.prefix, QueryOptions::default()) {
                 Ok((pairs, _)) => self.view_checked(pairs, false).ok(),
                 Err(_) => None,
             };
-            let Some(mut view) = view.filter(|v| v.lock.is_some()) else {
-                let _ = client.kv_delete(&mine, None, false);
+            let Some(mut view) = view else {
                 break;
             };
-            let at = view.lock.as_ref().map_or(0, |p| p.modify_index);
+            let Some(at) = view.lock.as_ref().map(|p| p.modify_index) else {
+                break;
+            };
             // Our own contender key still counts as alive in the view; drop us explicitly.
             view.contenders.remove(session_id);
             if !view.state.holders.contains_key(session_id) {
-                let _ = client.kv_delete(&mine, None, false);
                 break;
             }
             let mut state = view.state.clone();
             state.remove(session_id);
-            let update = if state.holders.is_empty() && view.contenders.is_empty() {
-                TxnKvOp::delete_cas(&lock_key, at)
+            let done = if state.holders.is_empty() && view.contenders.is_empty() {
+                client.kv_delete(&lock_key, Some(at), false)
             } else {
-                TxnKvOp::cas(&lock_key, &state.encode(), SEMAPHORE_FLAGS, at)
+                self.write_lock(client, &view, &state)
             };
-            match client.txn(
-                &[TxnKvOp::delete(&mine), update],
-                &format!("release of a slot of {lock_key:?}"),
-            ) {
-                Ok(TxnAnswer::Done(_)) => {
+            match done {
+                Ok(true) => {
                     ui::verbose(format_args!("released a slot of {}", self.describe()));
                     break;
                 }
                 // `.lock` changed since our read: read again.
-                Ok(TxnAnswer::Refused(_)) => continue,
+                Ok(false) => continue,
                 Err(e) => {
                     ui::warn(format_args!(
                         "could not update {lock_key}: {e}; the slot frees when the session ends"
                     ));
-                    let _ = client.kv_delete(&mine, None, false);
                     break;
                 }
             }
         }
+        let _ = client.kv_delete(&mine, None, false);
     }
 
     fn spec(&self) -> ClaimSpec {

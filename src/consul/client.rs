@@ -9,16 +9,7 @@ use serde::de::DeserializeOwned;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 
 use super::config::{ConnConfig, FileSetting};
-use super::types::{
-    AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest, TxnAnswer, TxnKvOp,
-    TxnResponse,
-};
-
-#[derive(serde::Serialize)]
-struct TxnOpWire<'a> {
-    #[serde(rename = "KV")]
-    kv: &'a TxnKvOp,
-}
+use super::types::{AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest};
 
 /// Bodies larger than this are refused as answers (a full prefix listing stays far below).
 const MAX_ANSWER_BYTES: u64 = 64 << 20;
@@ -399,51 +390,6 @@ impl Client {
         self.decode(&a, &what)
     }
 
-    /// Applies KV operations atomically (`PUT /v1/txn`): all of them, or none.
-    pub fn txn(&self, ops: &[TxnKvOp], what: &str) -> Result<TxnAnswer> {
-        let body = serde_json::to_vec(
-            &ops.iter()
-                .map(|op| TxnOpWire { kv: op })
-                .collect::<Vec<_>>(),
-        )
-        .expect("json");
-        let a = self.call(
-            "PUT",
-            "/v1/txn",
-            &[],
-            Some(&body),
-            self.request_timeout,
-            what,
-        )?;
-        let r: TxnResponse = self.decode(&a, what)?;
-        if a.status == 409 {
-            let refused = TxnAnswer::Refused(r.errors.unwrap_or_default());
-            // A refusal no retry can mend (an ACL denial comes this way, not as a 403).
-            if let Some(why) = refused.unexpected_refusal() {
-                if why.contains("Permission denied") {
-                    return Err(ConsulError::AclDenied {
-                        what: what.to_string(),
-                        body: why,
-                        token_hint: self.token_hint(),
-                    });
-                }
-                return Err(ConsulError::Rejected {
-                    what: what.to_string(),
-                    status: 409,
-                    body: why,
-                });
-            }
-            return Ok(refused);
-        }
-        Ok(TxnAnswer::Done(
-            r.results
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|x| x.kv)
-                .collect(),
-        ))
-    }
-
     pub fn kv_delete(&self, key: &str, cas: Option<u64>, recurse: bool) -> Result<bool> {
         let cas = cas.map(|c| c.to_string());
         let mut params: Vec<(&str, &str)> = Vec::new();
@@ -536,8 +482,6 @@ impl Client {
             404 if method == "GET" && path.starts_with("/v1/kv/") && answer.index.is_some() => {
                 Ok(answer)
             }
-            // A transaction that was rolled back: the body says why.
-            409 if path == "/v1/txn" => Ok(answer),
             403 => Err(ConsulError::AclDenied {
                 what: what.to_string(),
                 body: error_text(&answer.body),

@@ -6,7 +6,7 @@ pub mod types;
 
 pub use client::{next_index, retry_transient, Client, ConsulError, PutOptions, QueryOptions};
 pub use config::{ConfigError, ConnConfig, ConnFlags};
-pub use types::{KvPair, QueryMeta, SessionEntry, SessionRequest, TxnAnswer, TxnError, TxnKvOp};
+pub use types::{KvPair, QueryMeta, SessionEntry, SessionRequest};
 
 /// Consul applies at most 60 s of a session's lock-delay, whatever the session asked for
 /// (recorded: `tests/fixtures/consul-1.0.8/11-lock-delay-cap.json`).

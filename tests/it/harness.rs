@@ -321,14 +321,66 @@ pub fn inspecting_relay(
     upstream: std::net::SocketAddr,
     look: impl Fn(&str) + Send + Sync + 'static,
 ) -> std::net::SocketAddr {
+    inspecting_relay_with(upstream, move |chunk| {
+        look(&String::from_utf8_lossy(chunk));
+        chunk.to_vec()
+    })
+}
+
+/// A relay to `upstream` that rewrites every occurrence of each `(from, to)` (same
+/// length) in what clients send, as an agent that stores something else than it was sent
+/// would; counts the requests it passes on.
+pub fn rewriting_relay(
+    upstream: std::net::SocketAddr,
+    rewrites: &[(&str, &str)],
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let rewrites: Vec<(String, String)> = rewrites
+        .iter()
+        .map(|(f, t)| {
+            assert_eq!(f.len(), t.len(), "a rewrite keeps the length");
+            (f.to_string(), t.to_string())
+        })
+        .collect();
+    let requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    let addr = inspecting_relay_with(upstream, move |chunk| {
+        let text = String::from_utf8_lossy(chunk);
+        counted.fetch_add(text.matches(" HTTP/1.1\r\n").count(), Ordering::SeqCst);
+        let mut out = chunk.to_vec();
+        for (f, t) in &rewrites {
+            let (f, t) = (f.as_bytes(), t.as_bytes());
+            let mut i = 0;
+            while i + f.len() <= out.len() {
+                if &out[i..i + f.len()] == f {
+                    out[i..i + f.len()].copy_from_slice(t);
+                    i += f.len();
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out
+    });
+    (addr, requests)
+}
+
+/// Like [`inspecting_relay`], passing on what `edit` makes of each chunk.
+fn inspecting_relay_with(
+    upstream: std::net::SocketAddr,
+    edit: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static,
+) -> std::net::SocketAddr {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let look = std::sync::Arc::new(look);
+    let edit = std::sync::Arc::new(edit);
     std::thread::spawn(move || {
         for down in listener.incoming().flatten() {
             let up = std::net::TcpStream::connect(upstream).unwrap();
-            let look = look.clone();
+            let edit = edit.clone();
             let (mut d_read, mut u_write) = (down.try_clone().unwrap(), up.try_clone().unwrap());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
@@ -336,8 +388,7 @@ pub fn inspecting_relay(
                     if n == 0 {
                         break;
                     }
-                    look(&String::from_utf8_lossy(&buf[..n]));
-                    if u_write.write_all(&buf[..n]).is_err() {
+                    if u_write.write_all(&edit(&buf[..n])).is_err() {
                         break;
                     }
                 }

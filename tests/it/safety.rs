@@ -415,13 +415,13 @@ fn lock_delay_is_capped_and_unsafe_timings_are_refused() {
     assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
 }
 
-/// A relay that, once an acquiring transaction went through it, invalidates the session
+/// A relay that, once an acquire (`PUT ...?acquire=`) went through it, invalidates the session
 /// of the next `session/renew` before passing the renewal on: the session ends between
 /// the acquisition and the renewal a waiter makes before it starts its command.
 fn expire_on_renew_relay(server: Arc<conlock::devserver::DevServer>) -> SocketAddr {
     let armed = AtomicBool::new(false);
     inspecting_relay(server.addr(), move |text| {
-        if text.contains("PUT /v1/txn") {
+        if text.starts_with("PUT /v1/kv/") && text.contains("acquire=") {
             armed.store(true, Ordering::SeqCst);
         } else if let Some(at) = text.find("PUT /v1/session/renew/") {
             if armed.swap(false, Ordering::SeqCst) {
@@ -495,14 +495,18 @@ fn a_failed_spawn_leaves_the_guardian_disarmed() {
         "true"
     );
     let open = Arc::new(AtomicBool::new(true));
-    let (hold, txns) = (open.clone(), std::sync::atomic::AtomicUsize::new(0));
-    // The waiter's first transaction is its blind try, the second takes the lock:
-    // everything after that waits until `open` again.
+    let (hold, acquired) = (open.clone(), AtomicBool::new(false));
+    // The waiter's acquire and its read-back take the lock: everything after that waits
+    // until `open` again.
     let relay = inspecting_relay(server.addr(), move |text| {
-        if text.contains("PUT /v1/txn") {
-            if txns.fetch_add(1, Ordering::SeqCst) == 1 {
-                hold.store(false, Ordering::SeqCst);
-            }
+        if text.starts_with("PUT /v1/kv/failed-spawn?") && text.contains("acquire=") {
+            acquired.store(true, Ordering::SeqCst);
+            return;
+        }
+        if text.starts_with("GET /v1/kv/failed-spawn?consistent ")
+            && acquired.swap(false, Ordering::SeqCst)
+        {
+            hold.store(false, Ordering::SeqCst);
             return;
         }
         while !hold.load(Ordering::SeqCst) {

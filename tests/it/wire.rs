@@ -3,6 +3,8 @@
 //! holders written the way `consul lock` writes them exclude conlock.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use conlock::consul::{PutOptions, QueryOptions, SessionRequest, LOCK_FLAGS, SEMAPHORE_FLAGS};
@@ -264,4 +266,125 @@ fn consul_lock_n_holders_exclude_conlock_sem() {
     )
     .unwrap();
     assert_eq!(v["Holders"].as_object().unwrap().len(), 2, "{v}");
+}
+
+/// An agent that stores other flags than it was sent (as Consul before 1.7 did with
+/// 64-bit flags in a `/v1/txn` body, recorded in 12-txn): the flags conlock sends are
+/// rounded the same way, in the query string and in any JSON body.
+fn rounding_agent(
+    server: &conlock::devserver::DevServer,
+) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    rewriting_relay(
+        server.addr(),
+        &[
+            ("3304740253564472344", "3304740253564472320"),
+            ("16210313421097356768", "16210313421097357312"),
+        ],
+    )
+}
+
+/// A semaphore on such an agent never finds its own contender key: it must give up with
+/// exit 125 and say what Consul stored, after a handful of requests (the txn-era code
+/// rewrote the key in a loop with no pause: 7,170 raft writes in 2 s on a real agent).
+#[test]
+fn a_semaphore_on_an_agent_that_changes_flags_ends_with_125_without_hammering() {
+    let server = start_server();
+    let (addr, requests) = rounding_agent(&server);
+    let mut cmd = conlock_at(addr);
+    cmd.args([
+        "sem",
+        "--limit",
+        "2",
+        "--prefix",
+        "rounds/sem",
+        "--timeout",
+        "20s",
+    ])
+    .args(["--", "true"]);
+    let out = assert_cmd::Command::from_std(cmd)
+        .timeout(LONG)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    let sent = requests.load(Ordering::SeqCst);
+    assert!(
+        sent <= 12,
+        "{sent} requests before giving up; stderr: {stderr}"
+    );
+    // What Consul answered, and what was expected.
+    assert!(stderr.contains("0xe0f69a2baa415000"), "{stderr}");
+    assert!(stderr.contains("0xe0f69a2baa414de0"), "{stderr}");
+    assert!(stderr.contains("twice in a row"), "{stderr}");
+}
+
+/// A lock on such an agent: exit 125 naming the flags found and expected, no loop.
+#[test]
+fn a_lock_on_an_agent_that_changes_flags_ends_with_125_without_hammering() {
+    let server = start_server();
+    let (addr, requests) = rounding_agent(&server);
+    let mut cmd = conlock_at(addr);
+    cmd.args([
+        "run",
+        "--key",
+        "rounds/lock",
+        "--timeout",
+        "20s",
+        "--",
+        "true",
+    ]);
+    let out = assert_cmd::Command::from_std(cmd)
+        .timeout(LONG)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    let sent = requests.load(Ordering::SeqCst);
+    assert!(
+        sent <= 10,
+        "{sent} requests before giving up; stderr: {stderr}"
+    );
+    assert!(stderr.contains("0x2ddccbc058a50c00"), "{stderr}");
+    assert!(stderr.contains("0x2ddccbc058a50c18"), "{stderr}");
+}
+
+/// The one Consul error text conlock branches on ("invalid session", to replace a
+/// session that is gone) is pinned to what a real agent answered an acquire with an
+/// unknown session (05-lock-acquire-release), and the client sorts that answer so.
+#[test]
+fn the_invalid_session_text_is_the_recorded_one() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/consul-1.0.8/05-lock-acquire-release.json");
+    let rec: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let step = rec["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["request"]["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("acquire=00000000-0000-0000-0000-000000000000"))
+        })
+        .expect("the recorded acquire with an unknown session");
+    assert_eq!(step["response"]["status"], 500);
+    let recorded = step["response"]["body"].as_str().unwrap().to_string();
+    let real = conlock::consul::ConsulError::Server {
+        what: "acquire".into(),
+        status: 500,
+        body: recorded.clone(),
+    };
+    assert!(conlock::claim::is_invalid_session(&real), "{recorded}");
+
+    // The same answer through the client, from the dev server (which replays 05).
+    let server = start_server();
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        acquire: Some("00000000-0000-0000-0000-000000000000"),
+        ..Default::default()
+    };
+    let err = client(&server)
+        .kv_put("pinned/k", b"v", put)
+        .expect_err("an unknown session cannot acquire");
+    assert!(conlock::claim::is_invalid_session(&err), "{err}");
+    assert!(err.to_string().contains(&recorded), "{err} vs {recorded}");
 }
