@@ -31,6 +31,8 @@ CARGO_RELEASE := $(if $(filter %-musl,$(RELEASE_TARGET)),$(call MUSL_CC,$(RELEAS
 	$(CARGO) build --release $(if $(RELEASE_TARGET),--target $(RELEASE_TARGET))
 RELEASE_KIND := $(if $(filter %-musl,$(RELEASE_TARGET)),static musl,glibc)
 BIN := $(RELEASE_BIN)
+# Where `make test` collects the tests that skipped at run time (harness::skip).
+SKIP_LOG := $(abspath $(TARGET_DIR))/test-skips.log
 SOURCES := Cargo.toml Cargo.lock build.rs $(shell find src -name '*.rs')
 
 # Install locations, GNU style: `make install PREFIX=/usr DESTDIR=/tmp/stage`.
@@ -85,11 +87,17 @@ demo: build
 
 ## Every check CI runs: formatting, lints, the musl build, completions/man drift, unit and
 ## integration tests (also against the release build), install layout, the Debian
-## package's contents and the systemd units. The full test run comes last so that its
-## summary closes the output.
+## package's contents and the systemd units. The full test run comes last, then the list
+## of the tests that did not run, with why (scripts/test-summary.py): those that skipped
+## at run time (root-only tests as another user; each adds a line to SKIP_LOG) and the
+## #[ignore]d ones. With CI=true (CI runs as root) a run-time skip fails the run.
 test: fmt-check lint layers-check completions-check selfcontained-check musl-check
-	$(MAKE) --no-print-directory units-check install-check deb-check test-release
-	$(CARGO) test --all-targets
+	@mkdir -p $(TARGET_DIR) && : > $(SKIP_LOG)
+	CONLOCK_SKIP_LOG=$(SKIP_LOG) $(MAKE) --no-print-directory units-check install-check \
+		deb-check test-release
+	CONLOCK_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --all-targets; status=$$?; \
+		CARGO='$(CARGO)' python3 scripts/test-summary.py $(SKIP_LOG) || status=1; \
+		exit $$status
 
 ## The integration tests that run the binary, against the release build that `make install`
 ## and `make deb` ship (with panic=abort, and where it is the static musl build, another libc

@@ -28,6 +28,8 @@ const LOCK_WATCH_GAP: Duration = Duration::from_millis(200);
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
+/// The first pause before a release reads `.lock` again after a lost check-and-set.
+const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct Semaphore {
     pub prefix: String,
@@ -608,7 +610,12 @@ impl Claim for Semaphore {
         // `.lock` first, by check-and-set against what we read, so that a waiter sees a
         // free slot at once (not a vanished holder with a cushion); the last one out
         // removes `.lock`, also by check-and-set, so a newcomer that just joined keeps it.
-        for _ in 0..100 {
+        for attempt in 0..100u32 {
+            if attempt > 0 {
+                // Another holder wrote `.lock` first; a short pause, growing, so that a
+                // server that keeps refusing is not hammered.
+                std::thread::sleep(RELEASE_RETRY_PAUSE * attempt.min(20));
+            }
             let view = match client.kv_list(&self.prefix, QueryOptions::default()) {
                 Ok((pairs, _)) => self.view_checked(pairs, false).ok(),
                 Err(_) => None,

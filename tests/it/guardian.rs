@@ -87,8 +87,7 @@ fn guardian_releases_when_its_stderr_is_gone() {
 #[test]
 fn failover_when_pid_1_never_reaps() {
     if let Err(why) = unshare_works() {
-        eprintln!("skipped failover_when_pid_1_never_reaps: {why}");
-        return;
+        return skip(&why);
     }
     let server = start_server();
     let dir = scratch("no-reaper");
@@ -167,9 +166,8 @@ fn unshare_works() -> Result<(), String> {
 /// command's PID was reused as a process group ID. The guardian must not signal it.
 #[test]
 fn guardian_never_signals_a_group_reported_gone() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped guardian_never_signals_a_group_reported_gone: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let dir = scratch("reuse");
@@ -258,9 +256,8 @@ fn reuse_while_escapee_runs(
 /// by then possibly an unrelated group).
 #[test]
 fn conlock_never_signals_a_group_it_saw_gone() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped conlock_never_signals_a_group_it_saw_gone: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let (mut h, child, escapee, errors) = reuse_while_escapee_runs(&server, "seen-gone", "3s");
@@ -288,9 +285,8 @@ fn conlock_never_signals_a_group_it_saw_gone() {
 /// heard of it only once the escapees were gone, so it SIGKILLed the reused group).
 #[test]
 fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped guardian_never_signals_a_group_seen_gone_while_escapees_run: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let (mut h, child, escapee, errors) =
@@ -324,9 +320,8 @@ fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
 /// re-parented to conlock it must be stopped before the release.
 #[test]
 fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped a_command_process_that_gets_the_gone_groups_id_is_still_stopped: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let dir = scratch("gone-id-reused-by-command");
@@ -534,12 +529,12 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Builds the helper in `dir` (made writable for `nobody`), or says why it cannot be used.
-fn setuid_helper(dir: &Path) -> Result<PathBuf, String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root, to run conlock as nobody beside a setuid-root program".into());
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+/// Why the tests of a setuid-root helper need root.
+const HELPER_NEEDS_ROOT: &str = "needs root, to run conlock as nobody beside a setuid-root program";
+
+/// Builds the helper in `shared.dir` (as root), or says why it cannot be used.
+fn setuid_helper(shared: &Reachable) -> Result<PathBuf, String> {
+    let dir = &shared.dir;
     let src = dir.join("helper.c");
     let bin = dir.join("helper");
     std::fs::write(&src, HELPER_C).unwrap();
@@ -564,25 +559,36 @@ fn setuid_helper(dir: &Path) -> Result<PathBuf, String> {
             "the setuid bit has no effect here (nosuid mount or no_new_privs): {check}"
         ));
     }
-    let runs = Command::new(BIN)
+    let conlock = shared.bin.display();
+    let runs = Command::new(&shared.bin)
         .arg("--version")
         .uid(NOBODY)
         .gid(NOBODY)
         .stdout(Stdio::null())
         .status()
-        .map_err(|e| format!("nobody cannot run {BIN}: {e}"))?;
+        .map_err(|e| format!("nobody cannot run {conlock}: {e}"))?;
     if !runs.success() {
-        return Err(format!("nobody cannot run {BIN}: {runs}"));
+        return Err(format!("nobody cannot run {conlock}: {runs}"));
     }
     Ok(bin)
 }
 
-/// Lets a helper go when the test ends, whatever happened.
-struct Stop(PathBuf);
+/// Lets a helper go when the test ends, whatever happened: creates `stop`, then waits
+/// (a while) until the helper logged its end in `log`, so that it is gone before its
+/// directory is removed (it would wait for `stop` forever).
+struct Stop {
+    stop: PathBuf,
+    log: PathBuf,
+}
 
 impl Drop for Stop {
     fn drop(&mut self) {
-        let _ = File::create(&self.0);
+        let _ = File::create(&self.stop);
+        if read(&self.log).contains("S helper") {
+            wait_for(Duration::from_secs(10), || {
+                read(&self.log).contains("E helper")
+            });
+        }
     }
 }
 
@@ -619,20 +625,25 @@ fn assert_no_overlap(log: &Path) {
 /// until it ends, then release; the old one released at once.
 #[test]
 fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
-    let dir = scratch("eperm-guardian");
-    let helper = match setuid_helper(&dir) {
+    if !is_root() {
+        return skip(HELPER_NEEDS_ROOT);
+    }
+    let shared = reachable_scratch("eperm-guardian");
+    let helper = match setuid_helper(&shared) {
         Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipped guardian_keeps_the_lock_while_a_setuid_survivor_runs: {why}");
-            return;
-        }
+        Err(why) => return skip(&why),
     };
     let server = start_server();
+    let dir = &shared.dir;
     let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
-    let _stop = Stop(stop.clone());
+    let _stop = Stop {
+        stop: stop.clone(),
+        log: log.clone(),
+    };
     let key = "eperm-guardian";
     let mut h = KillOnDrop(
-        conlock(&server)
+        shared
+            .conlock(&server)
             .uid(NOBODY)
             .gid(NOBODY)
             .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
@@ -671,8 +682,10 @@ fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
 }
 
 /// conlock as `nobody`, whose command leaves a setuid-root helper (which it may not
-/// signal) in its group and exits; the helper ends when `stop` appears.
+/// signal) in its group and exits; the helper ends when `stop` appears. Bind `_shared`
+/// first (dropped last: it may remove the directory of `log` and `stop`).
 struct SurvivorRun {
+    _shared: Reachable,
     server: conlock::devserver::DevServer,
     h: KillOnDrop,
     log: PathBuf,
@@ -681,23 +694,32 @@ struct SurvivorRun {
     _stop: Stop,
 }
 
-/// Starts a `SurvivorRun` on `key` once the helper runs; `None` (saying why `test` is
-/// skipped) where a setuid helper cannot be made.
-fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
-    let dir = scratch(key);
-    let helper = match setuid_helper(&dir) {
+/// Starts a `SurvivorRun` on `key` once the helper runs; `None` (the test recorded as
+/// skipped, with why) where a setuid helper cannot be made.
+fn survivor_run(key: &str) -> Option<SurvivorRun> {
+    if !is_root() {
+        skip(HELPER_NEEDS_ROOT);
+        return None;
+    }
+    let shared = reachable_scratch(key);
+    let helper = match setuid_helper(&shared) {
         Ok(h) => h,
         Err(why) => {
-            eprintln!("skipped {test}: {why}");
+            skip(&why);
             return None;
         }
     };
     let server = start_server();
+    let dir = &shared.dir;
     let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
-    let _stop = Stop(stop.clone());
+    let _stop = Stop {
+        stop: stop.clone(),
+        log: log.clone(),
+    };
     // The helper is left behind in the group once it runs as root; then the shell exits.
     let h = KillOnDrop(
-        conlock(&server)
+        shared
+            .conlock(&server)
             .uid(NOBODY)
             .gid(NOBODY)
             .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
@@ -714,6 +736,7 @@ fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
     );
     assert!(wait_for(LONG, || read(&log).contains("S helper")));
     Some(SurvivorRun {
+        _shared: shared,
         server,
         h,
         log,
@@ -730,13 +753,14 @@ fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
 fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
     let key = "eperm-conlock";
     let Some(SurvivorRun {
+        _shared,
         server,
         mut h,
         log,
         stop,
         errors,
         _stop,
-    }) = survivor_run("conlock_keeps_the_lock_while_a_setuid_survivor_runs", key)
+    }) = survivor_run(key)
     else {
         return;
     };
@@ -772,12 +796,13 @@ fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
 fn a_session_lost_while_a_survivor_runs_is_exit_124() {
     let key = "eperm-lost";
     let Some(SurvivorRun {
+        _shared,
         server,
         mut h,
         errors,
         _stop,
         ..
-    }) = survivor_run("a_session_lost_while_a_survivor_runs_is_exit_124", key)
+    }) = survivor_run(key)
     else {
         return;
     };

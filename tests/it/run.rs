@@ -677,12 +677,12 @@ fn arguments_reach_the_command_byte_for_byte() {
 #[test]
 fn no_room_for_the_renew_thread_is_exit_125() {
     use std::os::unix::process::CommandExt;
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root, to run conlock under its own user ID");
-        return;
+    if !is_root() {
+        return skip("needs root, to run conlock under its own user ID");
     }
     let server = start_server();
-    let mut cmd = conlock(&server);
+    let shared = reachable_scratch("nproc-renew");
+    let mut cmd = shared.conlock(&server);
     // A user ID of its own, so that no other process counts against its limit: conlock,
     // the guardian and the signal thread fit in 3; the renew thread does not.
     cmd.args(["run", "--key", "nproc", "--", "true"])
@@ -692,8 +692,10 @@ fn no_room_for_the_renew_thread_is_exit_125() {
     let out = match cmd.output() {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("skipped: user 61927 cannot run {BIN}: {e}");
-            return;
+            return skip(&format!(
+                "user 61927 cannot run {}: {e}",
+                shared.bin.display()
+            ))
         }
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
