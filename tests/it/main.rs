@@ -15,6 +15,7 @@ mod process;
 mod prop;
 mod real;
 mod real_agent;
+mod real_cluster;
 mod review;
 mod run;
 mod safety;
