@@ -388,12 +388,13 @@ fn a_release_during_a_leader_election_is_retried() {
         std::fs::write(&go, "").unwrap();
         assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(0), "{what}");
         let c = client(&server);
-        let (pairs, _) = c
-            .kv_list(
-                if what == "lock" { "elect/k" } else { "elect/s" },
-                QueryOptions::default(),
-            )
-            .unwrap();
+        let prefix = if what == "lock" { "elect/k" } else { "elect/s" };
+        // Read once the agent answers again.
+        let mut pairs = Vec::new();
+        assert!(wait_for(LONG, || c
+            .kv_list(prefix, QueryOptions::default())
+            .map(|(p, _)| pairs = p)
+            .is_ok()));
         assert!(
             pairs.iter().all(|p| p.holder().is_none()),
             "{what}: still held after the exit: {pairs:?}"
