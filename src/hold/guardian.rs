@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::procfs;
 use crate::claim::ClaimSpec;
 use crate::clock::BootInstant;
 use crate::consul::{Client, ConnConfig};
@@ -310,17 +311,9 @@ fn set_nonblocking(fd: RawFd) {
     }
 }
 
-/// True if this process has exactly one thread (then fork leaves no lock held).
-fn single_threaded() -> bool {
-    // The link count of /proc/self/task is 2 plus the number of threads: one stat
-    // instead of reading /proc/self/status.
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/task").is_ok_and(|m| m.nlink() == 3)
-}
-
 /// Forks the guardian if this process has a single thread; returns conlock's end.
 fn fork_guardian() -> Option<File> {
-    if !single_threaded() {
+    if !procfs::single_threaded() {
         return None;
     }
     let mut fds = [0 as RawFd; 2];
@@ -523,7 +516,7 @@ fn serve(fd: RawFd) -> i32 {
                 known.decode();
                 kill_descendants(conlock_pid, &known.prior);
                 // Once the killed group is gone its ID may be reused: never signal it again.
-                if group.is_some_and(super::pgroup::gone) {
+                if group.is_some_and(|p| super::procfs::group(p) == super::procfs::Liveness::Gone) {
                     known.group_gone = true;
                     continue;
                 }
@@ -665,7 +658,7 @@ fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say
     let mut surviving = false;
     let mut next_renew = started + SURVIVOR_NOTICE;
     loop {
-        if super::pgroup::gone(p) {
+        if super::procfs::group(p) == super::procfs::Liveness::Gone {
             if surviving {
                 out.say(format!(
                     "the surviving processes of group {p} are gone; releasing"
@@ -826,17 +819,18 @@ fn kill_descendants(conlock_pid: i32, prior: &[(i32, u64)]) {
     skip.extend(
         prior
             .iter()
-            .filter(|&&(pid, start)| super::supervise::is_process(pid, start))
+            .filter(|&&(pid, start)| procfs::is_process(pid, start))
             .map(|&(pid, _)| pid),
     );
-    for (pid, st) in super::supervise::descendants(conlock_pid, &skip) {
-        super::supervise::signal_if_same(pid, st.start(), libc::SIGKILL);
+    // A /proc that cannot answer (another namespace's) must not have us kill by its pids.
+    for (pid, st) in procfs::descendants(conlock_pid, &skip).unwrap_or_default() {
+        procfs::signal_if_same(pid, st.start, libc::SIGKILL);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{line, single_threaded, BootInstant, Duration, Known, Msg};
+    use super::{line, procfs::single_threaded, BootInstant, Duration, Known, Msg};
 
     /// `GroupGone` (escaped processes may still run) keeps the watchdog armed but stops
     /// signals to the group; `CommandGone` (sent also when a spawn fails) disarms it.

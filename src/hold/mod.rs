@@ -3,7 +3,7 @@
 //! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
 
 pub mod guardian;
-pub mod pgroup;
+pub mod procfs;
 pub mod session;
 mod signals;
 mod spawn;
@@ -71,6 +71,17 @@ enum Phase {
 /// for are process-wide.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     first_hold()?;
+    // conlock releases only once every process of the command is gone: where /proc cannot
+    // show them, it would have to guess, so the command does not run.
+    if let Err(why) = procfs::check_view() {
+        let e = Error::Usage(format!("cannot run the command: {why}"));
+        events::exit(
+            e.exit_code(),
+            "error",
+            serde_json::json!({ "error": e.to_string() }),
+        );
+        return Err(e);
+    }
     // A guardian forked here (none was at start) gets the signal mask conlock started with.
     let guardian = Guardian::start(client.config());
     // Before any thread starts: every thread inherits the mask.
