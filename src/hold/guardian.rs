@@ -52,15 +52,13 @@ enum Msg {
     Done,
 }
 
-/// The write end of a guardian forked at the start of `main`.
-static PREFORKED: Mutex<Option<File>> = Mutex::new(None);
+/// The write end of a guardian forked at the start of `main`, or why it could not be.
+static PREFORKED: Mutex<Option<std::result::Result<File, String>>> = Mutex::new(None);
 
 /// Forks the guardian now if conlock has a single thread. Called first thing in `main`
 /// for `run` and `sem`: then the copy is small and no lock can be held by another thread.
 pub fn prefork() {
-    if let Some(pipe) = fork_guardian() {
-        *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe);
-    }
+    *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(fork_guardian());
 }
 
 /// conlock's end of the pipe.
@@ -81,19 +79,19 @@ const GROUP_GONE: u8 = 1;
 const COMMAND_GONE: u8 = 2;
 
 impl Guardian {
-    /// Starts the guardian (or takes the one forked at start); `None` (with a warning)
-    /// if that is impossible.
-    pub fn start(conn: &ConnConfig) -> Option<Arc<Guardian>> {
+    /// Starts the guardian (or takes the one forked at start); `Err` says why that is
+    /// impossible (the caller decides whether to run without it).
+    pub fn start(conn: &ConnConfig) -> std::result::Result<Arc<Guardian>, String> {
         let preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(pipe) = preforked.or_else(fork_guardian) else {
-            ui::warn(
-                "cannot start the guardian process (fork failed, or conlock already runs threads); if conlock is killed, its command may outlive it",
-            );
-            return None;
+        let pipe = match preforked {
+            Some(Ok(pipe)) => pipe,
+            // Why the fork at start failed: forking now (with threads) would only hide it.
+            Some(Err(why)) => return Err(why),
+            None => fork_guardian()?,
         };
         // Never block a renewal on a guardian that does not read (it may be stopped).
         set_nonblocking(pipe.as_raw_fd());
-        Some(Arc::new(Guardian {
+        Ok(Arc::new(Guardian {
             pipe: Mutex::new(Some(pipe)),
             conn: Mutex::new(Some(line(&Msg::Conn(Box::new(conn.clone()))))),
             pending_deadline: AtomicU64::new(0),
@@ -311,25 +309,27 @@ fn set_nonblocking(fd: RawFd) {
     }
 }
 
-/// Forks the guardian if this process has a single thread; returns conlock's end.
-fn fork_guardian() -> Option<File> {
+/// Forks the guardian if this process has a single thread; returns conlock's end, or
+/// why it could not.
+fn fork_guardian() -> std::result::Result<File, String> {
     if !procfs::single_threaded() {
-        return None;
+        return Err("conlock already runs threads, or /proc/self/task cannot be read".into());
     }
     let mut fds = [0 as RawFd; 2];
     // CLOEXEC: the command must not inherit the write end, or the guardian would not
     // see the pipe close when conlock dies.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return None;
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
     }
     let (read_end, write_end) = (fds[0], fds[1]);
     match unsafe { libc::fork() } {
         -1 => {
+            let e = std::io::Error::last_os_error();
             unsafe {
                 libc::close(read_end);
                 libc::close(write_end);
             }
-            None
+            Err(format!("fork: {e}"))
         }
         0 => {
             // The guardian: a single-threaded copy, so ordinary Rust is safe here.
@@ -356,7 +356,7 @@ fn fork_guardian() -> Option<File> {
         }
         _ => {
             unsafe { libc::close(read_end) };
-            Some(unsafe { File::from_raw_fd(write_end) })
+            Ok(unsafe { File::from_raw_fd(write_end) })
         }
     }
 }

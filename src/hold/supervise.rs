@@ -632,7 +632,10 @@ pub fn supervise(
             wake = wake.min(*at);
         }
         match events.recv_timeout(wake.saturating_duration_since(now)) {
-            Ok(Event::ChildExited(code)) => status = Some(code),
+            // The first end is the command's (its pid may be reused once it is reaped).
+            Ok(Event::ChildExited(code)) => {
+                status.get_or_insert(code);
+            }
             Ok(Event::Signal(sig)) => {
                 child.signal_raw(sig);
                 if CONTINUE_AFTER.contains(&sig) {
@@ -968,17 +971,23 @@ mod tests {
         use std::os::unix::process::CommandExt;
         let dir = std::env::temp_dir().join(format!("conlock-late-loss-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let termed = dir.join("term");
+        let (termed, ready) = (dir.join("term"), dir.join("ready"));
         let mut c = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "trap 'touch {}' TERM; while :; do sleep 0.05; done",
-                termed.display()
+                "trap 'touch {}' TERM; touch {}; while :; do sleep 0.05; done",
+                termed.display(),
+                ready.display()
             ))
             .process_group(0)
             .spawn()
             .unwrap();
         let pid = c.id() as i32;
+        let until = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(Instant::now() < until, "the command never set its trap");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let child = Child {
             pid: Pid::from_raw(pid),
             terminal: false,
