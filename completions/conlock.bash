@@ -399,7 +399,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__run)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -525,7 +525,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__sem)
-            opts="-v -q -n -h -V --verbose --quiet --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -n -h -V --verbose --quiet --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -80,6 +80,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see docs/safety.md)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
@@ -113,6 +114,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'Only errors on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see docs/safety.md)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l key -d 'A lock key' -r

@@ -253,6 +253,7 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             },
             min_hold: hold.min_hold.filter(|d| !d.is_zero()),
             max_time: hold.max_time,
+            unguarded: hold.unguarded,
         },
     })
 }

@@ -249,6 +249,10 @@ pub struct HoldArgs {
     /// Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_time: Option<Duration>,
+    /// Run the command even if the guardian process cannot start (then nothing stops the
+    /// command if conlock is killed or stopped; see docs/safety.md)
+    #[arg(long)]
+    pub unguarded: bool,
     /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
     #[arg(long, value_name = "FILE|-|fd:N")]
     pub events: Option<String>,

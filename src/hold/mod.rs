@@ -3,7 +3,7 @@
 //! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
 
 pub mod guardian;
-pub mod pgroup;
+pub mod procfs;
 pub mod session;
 mod signals;
 mod spawn;
@@ -35,6 +35,8 @@ pub struct HoldSpec {
     pub min_hold: Option<Duration>,
     /// Stop the command after this long (exit `exit::MAX_TIME`).
     pub max_time: Option<Duration>,
+    /// Run the command even if the guardian cannot start.
+    pub unguarded: bool,
 }
 
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
@@ -71,8 +73,17 @@ enum Phase {
 /// for are process-wide.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     first_hold()?;
-    // A guardian forked here (none was at start) gets the signal mask conlock started with.
-    let guardian = Guardian::start(client.config());
+    let guardian = match preflight(client, &spec) {
+        Ok(g) => g,
+        Err(e) => {
+            events::exit(
+                e.exit_code(),
+                "error",
+                serde_json::json!({ "error": e.to_string() }),
+            );
+            return Err(e);
+        }
+    };
     // Before any thread starts: every thread inherits the mask.
     signals::block();
     let result = hold_guarded(client, spec, claim, guardian.as_ref());
@@ -87,6 +98,29 @@ pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i3
         g.done();
     }
     result
+}
+
+/// What must hold before anything is acquired: conlock can see the command's processes,
+/// and the guardian runs (unless `--unguarded`). Returns the guardian.
+fn preflight(client: &Client, spec: &HoldSpec) -> Result<Option<Arc<Guardian>>> {
+    // conlock releases only once every process of the command is gone: where /proc cannot
+    // show them, it would have to guess, so the command does not run.
+    if let Err(why) = procfs::check_view() {
+        return Err(Error::Usage(format!("cannot run the command: {why}")));
+    }
+    // A guardian forked here (none was at start) gets the signal mask conlock started with.
+    match Guardian::start(client.config()) {
+        Ok(g) => Ok(Some(g)),
+        Err(why) if spec.unguarded => {
+            ui::warn(format_args!(
+                "cannot start the guardian process ({why}); running unguarded (--unguarded): if conlock is killed or stopped, nothing stops its command"
+            ));
+            Ok(None)
+        }
+        Err(why) => Err(Error::Usage(format!(
+            "cannot start the guardian process ({why}): without it nothing stops the command if conlock is killed or stopped, so it does not run (--unguarded runs it anyway)"
+        ))),
+    }
 }
 
 fn hold_guarded(

@@ -602,3 +602,91 @@ fn closed_standard_streams_become_dev_null() {
         assert!(holder(&client(&server), &key).is_none());
     }
 }
+
+/// A value of 460,000 bytes (under Consul's 512 KiB) is stored whole by a lock holder and
+/// by a semaphore holder: each write sends it once, as the raw body of a KV `PUT`. (The
+/// issue that found a 413 here was about a `/v1/txn` acquire that carried the value
+/// twice, base64-encoded; conlock no longer uses `/v1/txn`.)
+#[test]
+fn a_value_of_460000_bytes_is_stored_whole() {
+    let server = start_server();
+    let dir = scratch("big-value");
+    let file = dir.join("value");
+    let value: Vec<u8> = (0..460_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(&file, &value).unwrap();
+    let c = client(&server);
+    for (what, args, key) in [
+        (
+            "lock",
+            vec!["run", "--key", "big-lock"],
+            "big-lock".to_string(),
+        ),
+        (
+            "semaphore",
+            vec!["sem", "--prefix", "big-sem", "--limit", "2"],
+            String::new(),
+        ),
+    ] {
+        let (ran, go) = (
+            dir.join(format!("{what}-ran")),
+            dir.join(format!("{what}-go")),
+        );
+        let mut holder = KillOnDrop(
+            conlock(&server)
+                .args(&args)
+                .arg("--value-file")
+                .arg(&file)
+                .arg("--")
+                .args(marked(&ran, &until_exists(&go)))
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(LONG, || ran.exists()),
+            "the {what} holder never ran"
+        );
+        let key = if key.is_empty() {
+            // The semaphore's contender key: the one key under the prefix but .lock.
+            let (keys, _) = c
+                .kv_keys("big-sem/", None, QueryOptions::default())
+                .unwrap();
+            keys.into_iter()
+                .find(|k| !k.ends_with("/.lock"))
+                .expect("a contender key")
+        } else {
+            key
+        };
+        let (pair, _) = c.kv_get(&key, QueryOptions::default()).unwrap();
+        let stored = pair.expect("the key exists").value_bytes().to_vec();
+        std::fs::write(&go, "").unwrap();
+        let status = wait_exit(&mut holder.0, LONG);
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut holder.0.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "{what}: {status}: {err}");
+        assert_eq!(stored.len(), value.len(), "{what}");
+        assert!(stored == value, "{what}: the stored value differs");
+    }
+}
+
+/// A value over 512 KiB is refused before any request (exit 125, naming the limit).
+#[test]
+fn a_value_over_512_kib_is_refused_before_any_request() {
+    let server = start_server();
+    let file = scratch("huge-value").join("value");
+    std::fs::write(&file, vec![b'v'; 512 * 1024 + 1]).unwrap();
+    for args in [
+        &["run", "--key", "huge-value"][..],
+        &["sem", "--prefix", "huge-value", "--limit", "2"],
+    ] {
+        conlock(&server)
+            .args(args)
+            .arg("--value-file")
+            .arg(&file)
+            .args(["--", "true"])
+            .assert()
+            .code(125)
+            .stderr(contains("512 KiB"));
+    }
+    assert_eq!(server.request_count(), 0, "a request was sent");
+}

@@ -1046,3 +1046,103 @@ fn conlock_outlives_its_guardian() {
         "the lock was not released"
     );
 }
+
+/// Has `cmd` run under a seccomp filter that fails every fork (a `clone` without
+/// CLONE_THREAD or CLONE_VFORK, and `fork`) with EAGAIN, as a container's policy may:
+/// conlock's threads and its spawn (CLONE_VM | CLONE_VFORK) still work, its guardian
+/// cannot start.
+#[cfg(target_arch = "x86_64")]
+fn forbid_fork(cmd: &mut Command) {
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const NR_CLONE: u32 = 56;
+    const NR_FORK: u32 = 57;
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let (ld, jeq, jset, ret) = (
+        libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+        libc::BPF_RET | libc::BPF_K,
+    );
+    let allow = libc::SECCOMP_RET_ALLOW;
+    let eagain = libc::SECCOMP_RET_ERRNO | libc::EAGAIN as u32;
+    // seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low half, little-endian).
+    // Jumps count the instructions skipped.
+    let filter: Vec<libc::sock_filter> = vec![
+        stmt(ld, 4),
+        jump(jeq, AUDIT_ARCH_X86_64, 0, 7),
+        stmt(ld, 0),
+        jump(jeq, NR_FORK, 4, 0),
+        jump(jeq, NR_CLONE, 0, 4),
+        stmt(ld, 16),
+        jump(jset, libc::CLONE_THREAD as u32, 2, 0),
+        jump(jset, libc::CLONE_VFORK as u32, 1, 0),
+        stmt(ret, eagain),
+        stmt(ret, allow),
+    ];
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A guardian that could not start (every fork refused) left conlock running the command
+/// anyway, with a warning: killed or stopped, nothing would stop the command. conlock
+/// refuses now (exit 125, before anything is acquired) unless `--unguarded` says to run
+/// it unguarded.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn without_a_guardian_the_command_does_not_run_unless_unguarded() {
+    let server = start_server();
+    let dir = scratch("no-guardian");
+    let ran = dir.join("ran");
+    let mut refused = conlock(&server);
+    refused
+        .args(["run", "--key", "no-guardian", "--", "touch"])
+        .arg(&ran);
+    forbid_fork(&mut refused);
+    let out = refused.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(!ran.exists(), "the command ran without a guardian");
+    assert!(
+        err.contains("cannot start the guardian process (fork: ") && err.contains("--unguarded"),
+        "{err}"
+    );
+    assert_eq!(server.request_count(), 0, "a request was sent");
+    let mut unguarded = conlock(&server);
+    unguarded
+        .args(["run", "--key", "no-guardian", "--unguarded", "--", "touch"])
+        .arg(&ran);
+    forbid_fork(&mut unguarded);
+    let out = unguarded.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(ran.exists(), "--unguarded did not run the command");
+    assert!(err.contains("running unguarded"), "{err}");
+}

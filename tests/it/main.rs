@@ -9,6 +9,7 @@ mod edges;
 mod faults;
 mod guardian;
 mod harness;
+mod liveness;
 mod ops;
 mod peers;
 mod process;
