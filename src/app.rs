@@ -71,12 +71,19 @@ pub fn run(cli: Cli) -> Result<i32> {
                 session_ttl_min: a.session_ttl_min,
                 acl_token: a.acl_token,
                 node_name: a.node_name,
+            })
+            .map_err(|e| match e.downcast::<ui::StdoutError>() {
+                Ok(e) => Error::Stdout(e),
+                Err(e) => Error::Other(e),
             })?;
             Ok(0)
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "conlock", &mut std::io::stdout());
+            // Into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "conlock", &mut script);
+            ui::out(script)?;
             Ok(0)
         }
         Command::Man { subcommand } => {
@@ -91,9 +98,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                     // The synopsis shows how it is typed.
                     .bin_name(format!("conlock {name}")),
             };
+            let mut roff = Vec::new();
             clap_mangen::Man::new(page)
-                .render(&mut std::io::stdout())
+                .render(&mut roff)
                 .map_err(|e| Error::Other(e.into()))?;
+            ui::out(roff)?;
             Ok(0)
         }
     }

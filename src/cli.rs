@@ -18,6 +18,11 @@ Exit codes:
   126      the command is not executable
   127      the command was not found";
 
+/// Only for the subcommands that write to stdout (run's stdout is the command's).
+const CLOSED_STDOUT: &str =
+    "  141      stdout was closed before all was written (status, watch, break,
+           completions, man, --help into `| head -1`)";
+
 const ENVIRONMENT: &str = "\
 Environment (flags win over variables):
   CONSUL_HTTP_ADDR         agent address (--http-addr)
@@ -52,7 +57,7 @@ Examples:
     about = "Run a command while holding a Consul lock or semaphore slot",
     long_about = "Run a command while holding a Consul lock (leader election) or one of N semaphore \
 slots. Wire-compatible with `consul lock`: both exclude each other on the same prefix.",
-    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"),
+    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}\n{CLOSED_STDOUT}\n\n{ENVIRONMENT}"),
     propagate_version = true
 )]
 pub struct Cli {
@@ -77,7 +82,7 @@ pub enum Command {
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
-Exit codes:\n  0    held\n  1    free\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n\n\
+Exit codes:\n  0    held\n  1    free\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
 JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphore\"; both\nhave state, held and holders)."
     )]
     Status(StatusArgs),
@@ -89,7 +94,7 @@ JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphor
     /// Force-release a stuck lock or semaphore slot by destroying the holder's session
     #[command(
         after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes\n\n\
-Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied"
+Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied\n  141  stdout was closed (the sessions were destroyed all the same)"
     )]
     Break(BreakArgs),
     /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)

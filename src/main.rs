@@ -77,21 +77,30 @@ fn run(args: Vec<OsString>) -> ! {
             std::process::exit(exit::INTERNAL);
         }
         Err(e) => {
-            // --help and --version.
-            let _ = e.print();
-            std::process::exit(0);
+            // --help and --version (clap's `print` would hide a failed write).
+            let code = match conlock::ui::out(e.render().to_string()) {
+                Ok(()) => 0,
+                Err(e) => report(&conlock::error::Error::Stdout(e)),
+            };
+            std::process::exit(code);
         }
     };
     let code = match conlock::app::run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            conlock::ui::error(&e);
-            e.exit_code()
-        }
+        Err(e) => report(&e),
     };
     conlock::events::flush();
     conlock::ui::flush();
     std::process::exit(code);
+}
+
+/// Prints the error line (none when stdout's reader went away) and returns the exit code.
+#[cfg_attr(test, allow(dead_code))]
+fn report(e: &conlock::error::Error) -> i32 {
+    if !e.is_quiet() {
+        conlock::ui::error(e);
+    }
+    e.exit_code()
 }
 
 /// Whether the arguments may name `run` or `sem` (those start a guardian). A false

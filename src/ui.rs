@@ -1,4 +1,5 @@
-//! Messages on stderr: errors always, progress with -v, nothing extra with -q.
+//! Messages on stderr: errors always, progress with -v, nothing extra with -q. And the
+//! one way to stdout (`out`), which reports a closed or full stdout instead of panicking.
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
@@ -209,6 +210,29 @@ fn write_waiting(fd: RawFd, mut bytes: &[u8], patience: Duration) {
         }
         bytes = &bytes[n as usize..];
     }
+}
+
+/// A write to stdout that failed: a closed pipe (the reader, such as `head`, stopped
+/// reading) or another error (a full disk).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to stdout: {0}")]
+pub struct StdoutError(#[source] pub std::io::Error);
+
+impl StdoutError {
+    /// The reader went away: Unix tools end quietly then.
+    pub fn is_closed_pipe(&self) -> bool {
+        self.0.kind() == std::io::ErrorKind::BrokenPipe
+    }
+}
+
+/// Writes `text` to stdout and flushes it. Every write to stdout goes through here:
+/// std's `print!` panics (and conlock aborts) when stdout is closed or full.
+pub fn out(text: impl AsRef<[u8]>) -> Result<(), StdoutError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_ref())
+        .and_then(|()| stdout.flush())
+        .map_err(StdoutError)
 }
 
 static WRITER: Mutex<Option<Arc<Queue>>> = Mutex::new(None);

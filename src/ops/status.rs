@@ -8,14 +8,15 @@ use crate::error::Result;
 
 pub fn run(client: &Client, target: &Target, json: bool) -> Result<i32> {
     let (snap, _) = inspect(client, target, QueryOptions::default())?;
-    if json {
-        println!(
-            "{}",
+    let text = if json {
+        format!(
+            "{}\n",
             serde_json::to_string_pretty(&snap.to_json()).expect("json")
-        );
+        )
     } else {
-        print!("{}", render(&snap, SystemTime::now()));
-    }
+        render(&snap, SystemTime::now())
+    };
+    crate::ui::out(text)?;
     Ok(snap.exit_code())
 }
 
