@@ -35,7 +35,7 @@ complete -c conlock -n "__fish_conlock_needs_command" -l datacenter -d 'Datacent
 complete -c conlock -n "__fish_conlock_needs_command" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_needs_command" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_needs_command" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_needs_command" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_needs_command" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_needs_command" -f -a "run" -d 'Run a command while holding a lock (one holder at a time)'
@@ -77,7 +77,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l datacenter -d 'D
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help'
@@ -110,7 +110,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l datacenter -d 'D
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help'
@@ -131,7 +131,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand status" -l datacenter -d
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand status" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/status.schema.json)'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s V -l version -d 'Print version'
@@ -151,7 +151,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand watch" -l datacenter -d 
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand watch" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand watch" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l json -d 'One JSON object per line'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -s V -l version -d 'Print version'
@@ -172,7 +172,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -l namespace -d '
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s V -l version -d 'Print version'
@@ -181,15 +181,15 @@ complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l session-t
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l acl-token -d 'Require this ACL token on every request' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l node-name -d 'Node name the server reports' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand completions" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s v -l verbose -d 'Timestamped progress lines on stderr'
-complete -c conlock -n "__fish_conlock_using_subcommand man" -s q -l quiet -d 'Only errors on stderr'
+complete -c conlock -n "__fish_conlock_using_subcommand man" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand man" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "run" -d 'Run a command while holding a lock (one holder at a time)'

@@ -189,7 +189,7 @@ pub struct OutputArgs {
     /// Timestamped progress lines on stderr
     #[arg(short, long, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
-    /// Only errors on stderr
+    /// No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }

@@ -1,4 +1,5 @@
-//! Messages on stderr: errors always, progress with -v, nothing extra with -q. And the
+//! Messages on stderr: errors, warnings, losses and kills always; progress with -v;
+//! retries and "busy" hidden by -q (as `flock -n` is silent when busy). And the
 //! one way to stdout (`out`), which reports a closed or full stdout instead of panicking.
 
 use std::collections::VecDeque;
@@ -11,9 +12,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
-    Quiet = 0,
-    Normal = 1,
-    Verbose = 2,
+    /// Errors only: for the guardian's release, which reports in its own words.
+    Silent = 0,
+    Quiet = 1,
+    Normal = 2,
+    Verbose = 3,
 }
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Normal as u8);
@@ -24,8 +27,9 @@ pub fn set_level(level: Level) {
 
 pub fn level() -> Level {
     match LEVEL.load(Ordering::Relaxed) {
-        0 => Level::Quiet,
-        1 => Level::Normal,
+        0 => Level::Silent,
+        1 => Level::Quiet,
+        2 => Level::Normal,
         _ => Level::Verbose,
     }
 }
@@ -277,15 +281,24 @@ pub fn error(msg: impl std::fmt::Display) {
     emit(format!("{}conlock: error: {msg}\n", stamp()));
 }
 
-/// A warning; hidden by -q.
+/// A warning: something went wrong that the caller may have to act on; always shown.
 pub fn warn(msg: impl std::fmt::Display) {
-    if level() >= Level::Normal {
+    if level() >= Level::Quiet {
         clear_status();
         emit(format!("{}conlock: warning: {msg}\n", stamp()));
     }
 }
 
-/// A notable event (lock lost, retries); hidden by -q.
+/// What happened to the command: a loss, a kill (--max-time). Always shown: `-q` in a
+/// cron line must not hide why a job was stopped.
+pub fn alert(msg: impl std::fmt::Display) {
+    if level() >= Level::Quiet {
+        clear_status();
+        emit(format!("{}conlock: {msg}\n", stamp()));
+    }
+}
+
+/// A passing event (retries, busy); hidden by -q.
 pub fn notice(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();

@@ -347,7 +347,7 @@ fn hold_guarded(
             drop(session);
             return Ok(exit_event(exit::LOST, "lost"));
         }
-        ui::notice(format_args!(
+        ui::alert(format_args!(
             "the surviving processes of group {pgid} are gone; releasing {}",
             claim.describe()
         ));

@@ -537,7 +537,7 @@ pub const DEADLINE_PASSED: &str =
 /// Why it was lost is decided by the claim (`Claim::confirm`, `Claim::monitor`) and by
 /// the session (`Session::deadline`, renewals).
 pub fn announce_loss(reason: &str, then: &str) {
-    ui::notice(format_args!("lock lost: {reason}; {then}"));
+    ui::alert(format_args!("lock lost: {reason}; {then}"));
     crate::events::emit("lost", serde_json::json!({ "reason": reason }));
 }
 
@@ -650,7 +650,7 @@ pub fn supervise(
                 if lost.is_none() && !timed_out {
                     child.stop_all(policy.kill_signal, &mut stopped);
                     kill_at.get_or_insert(Instant::now() + policy.grace);
-                    ui::notice(format_args!("{why}; stopping the command"));
+                    ui::alert(format_args!("{why}; stopping the command"));
                     timed_out = true;
                 }
             }

@@ -716,3 +716,62 @@ fn no_room_for_the_renew_thread_is_exit_125() {
         "the session was left behind"
     );
 }
+
+#[test]
+fn quiet_drops_the_busy_message_but_never_a_kill_or_a_loss() {
+    let server = start_server();
+    let mut h = start_holder(&server, "q/busy", &[], "sleep 60");
+    // Busy: silent, as `flock -n` is.
+    conlock(&server)
+        .args([
+            "run",
+            "-q",
+            "--key",
+            "q/busy",
+            "--timeout",
+            "0s",
+            "--",
+            "true",
+        ])
+        .assert()
+        .code(75)
+        .stderr("");
+    signal(h.id(), libc::SIGTERM);
+    wait_exit(&mut h, LONG);
+
+    // Killed by --max-time: the kill is said.
+    conlock(&server)
+        .args(["run", "-q", "--key", "q/3", "--max-time", "1s", "--"])
+        .args(["sleep", "30"])
+        .assert()
+        .code(123)
+        .stderr(contains(
+            "ran longer than --max-time 1s; stopping the command",
+        ));
+
+    // Lost to a break: the loss is said.
+    let running = scratch("quiet").join("running");
+    let mut q = conlock(&server)
+        .args([
+            "run",
+            "-q",
+            "--key",
+            "q/lost",
+            "--kill-grace",
+            "200ms",
+            "--",
+        ])
+        .args(marked(&running, "exec sleep 60"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || running.exists()));
+    conlock(&server)
+        .args(["-q", "break", "--key", "q/lost", "--yes"])
+        .assert()
+        .success();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut q.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(wait_exit(&mut q, LONG).code(), Some(124));
+    assert!(err.contains("conlock: lock lost: "), "stderr: {err:?}");
+}
