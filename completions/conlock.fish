@@ -55,7 +55,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l session-name -d 
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value-file -d 'Read the stored value from a file' -r -F
@@ -88,7 +88,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l session-name -d 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value-file -d 'Read the stored value from a file' -r -F

@@ -221,7 +221,7 @@ pub struct HoldArgs {
     /// Tie the session to its TTL only, no health checks
     #[arg(long)]
     pub no_checks: bool,
-    /// Give up waiting after this long (0s: try once) and exit 75
+    /// Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)

@@ -175,10 +175,14 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 /// After a retryable failure while waiting: says so and pauses. False when `deadline`
 /// has passed (the caller then gives up as busy).
 pub fn pause_after_failure(e: &ConsulError, deadline: Option<Instant>) -> bool {
-    ui::notice(format_args!("{e}; retrying"));
     if deadline_passed(deadline) {
+        // A request cut short by the wait's own end is no news.
+        if !e.cut_short() {
+            ui::notice(format_args!("{e}; not retrying: --timeout has passed"));
+        }
         return false;
     }
+    ui::notice(format_args!("{e}; retrying"));
     sleep_until_deadline(UNREACHABLE_RETRY, deadline);
     true
 }

@@ -324,9 +324,11 @@ impl Claim for Semaphore {
             let sid = session.id();
             if enter {
                 let key = self.contender_key(&sid);
-                let written = crate::consul::retry_transient("creating the contender key", || {
-                    self.write_contender(client, &sid)
-                })?;
+                let written = crate::consul::retry_transient(
+                    "creating the contender key",
+                    client.deadline(),
+                    || self.write_contender(client, &sid),
+                )?;
                 if !written {
                     // Our session was invalidated: a new one gets a new key. A fresh
                     // session refused again makes no sense.

@@ -37,6 +37,20 @@ pub struct HoldSpec {
     pub max_time: Option<Duration>,
 }
 
+/// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
+fn cleanup_client(client: &Client) -> Client {
+    client.with_deadline(
+        Instant::now() + CLEANUP_BUDGET,
+        &format!(
+            "cleanup is bounded to {}",
+            crate::duration::format(CLEANUP_BUDGET)
+        ),
+    )
+}
+
+/// How long past `--timeout` a request sent just before it may take to be answered.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
@@ -100,8 +114,23 @@ fn hold_guarded(
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
+    // --timeout bounds the whole wait, a Consul that does not answer included: requests
+    // end by then, with ANSWER_GRACE for one sent just before (`--timeout 0s` too).
+    let deadline = spec.timeout.map(|t| Instant::now() + t);
+    let waiting = match (deadline, spec.timeout) {
+        (Some(d), Some(t)) => client.with_deadline(
+            d + ANSWER_GRACE,
+            &format!(
+                "--timeout {} and {} for an answer",
+                crate::duration::format(t),
+                crate::duration::format(ANSWER_GRACE)
+            ),
+        ),
+        _ => client.clone(),
+    };
     let mut session = Session::create(
         client,
+        &waiting,
         spec.session.clone(),
         guardian.cloned(),
         claim.renew_while_waiting(),
@@ -113,8 +142,7 @@ fn hold_guarded(
 
     let prior = supervise::Prior::now();
     let wait = WaitDisplay::start(claim.describe());
-    let deadline = spec.timeout.map(|t| Instant::now() + t);
-    let acquired = claim.acquire(client, &session, deadline, &wait);
+    let acquired = claim.acquire(&waiting, &session, deadline, &wait);
     wait.finish();
     let waited = wait.waited();
     let held = match acquired {
@@ -127,11 +155,11 @@ fn hold_guarded(
                 claim.describe(),
                 spec.busy_exit_code
             ));
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Ok(exit_event(spec.busy_exit_code, "busy"));
         }
         Err(e) => {
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Err(e);
         }
     };
@@ -374,8 +402,8 @@ fn hold_guarded(
     if let Some(g) = guardian {
         g.settle(Duration::from_millis(500));
     }
-    let cleanup_end = Instant::now() + CLEANUP_BUDGET;
-    let cleanup = client.with_deadline(cleanup_end);
+    let cleanup = cleanup_client(client);
+    let cleanup_end = cleanup.deadline().unwrap_or_else(Instant::now);
     claim.release(&cleanup, &session_id);
     if !matches!(outcome, Outcome::Lost(_)) {
         events::emit("released", serde_json::json!({ "session": session_id }));
