@@ -131,7 +131,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__break)
-            opts="-v -q -y -h -V --verbose --quiet --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --session --yes --help --version"
+            opts="-v -q -y -h -V --verbose --quiet --key --prefix --kind --session --yes --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -147,6 +147,10 @@ _conlock() {
                     ;;
                 --kind)
                     COMPREPLY=($(compgen -W "auto lock semaphore" -- "${cur}"))
+                    return 0
+                    ;;
+                --session)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --http-addr)
@@ -186,10 +190,6 @@ _conlock() {
                     return 0
                     ;;
                 --tls-server-name)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --session)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -651,7 +651,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__status)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --json --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -717,7 +717,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__watch)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --json --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

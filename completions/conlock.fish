@@ -160,6 +160,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -l prefix -d 'A l
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l kind -d 'What --prefix names: auto reads it from Consul, which cannot tell an idle semaphore (nothing left under PREFIX) from a free lock and then reports a lock' -r -f -a "auto\t''
 lock\t''
 semaphore\t''"
+complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
@@ -170,7 +171,6 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -l client-key -d 
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand break" -l session -d 'Only this semaphore holder\'s session' -r
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'

@@ -320,39 +320,42 @@ pub enum Kind {
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// Machine-readable output (schema in docs/status.schema.json)
     #[arg(long)]
     pub json: bool,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// One JSON object per line
     #[arg(long)]
     pub json: bool,
     /// Command run on each change, with CONLOCK_* variables describing it
     #[arg(last = true, value_name = "HANDLER")]
     pub handler: Vec<OsString>,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct BreakArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// Only this semaphore holder's session
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
     /// Do not ask for confirmation (required on a non-terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]

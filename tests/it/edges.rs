@@ -602,3 +602,55 @@ fn closed_standard_streams_become_dev_null() {
         assert!(holder(&client(&server), &key).is_none());
     }
 }
+
+/// The heading a line of `--help` output sits under.
+fn heading_of(help: &str, needle: &str) -> String {
+    let mut heading = String::new();
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.to_string();
+        }
+        if line.trim_start().starts_with(needle) {
+            return heading;
+        }
+    }
+    panic!("{needle} not in:\n{help}");
+}
+
+/// A subcommand's own options are listed with it, not under "Consul connection:" (where
+/// they were when they followed the connection options in the definitions).
+#[test]
+fn subcommand_options_sit_under_the_subcommand_heading() {
+    for (sub, needle, want) in [
+        ("status", "--json", "Options:"),
+        ("watch", "--json", "Options:"),
+        ("watch", "[HANDLER]", "Arguments:"),
+        ("break", "--session", "Options:"),
+        ("break", "-y, --yes", "Options:"),
+        ("run", "--key", "Options:"),
+        ("run", "--http-addr", "Consul connection:"),
+    ] {
+        let out = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            heading_of(&help, needle),
+            want,
+            "conlock {sub} --help, {needle}"
+        );
+    }
+    // The man pages follow the same headings (.SH sections).
+    for (sub, needle) in [("status", "\\-\\-json"), ("break", "\\-\\-yes")] {
+        let out = Command::new(BIN).args(["man", sub]).output().unwrap();
+        let page = String::from_utf8_lossy(&out.stdout);
+        let section = page
+            .lines()
+            // After the synopsis, which names every option.
+            .skip_while(|l| !l.starts_with(".SH DESCRIPTION"))
+            .take_while(|l| !l.contains(needle))
+            .filter(|l| l.starts_with(".SH "))
+            .last()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(section, ".SH OPTIONS", "conlock-{sub}.1, {needle}");
+    }
+}
