@@ -85,8 +85,8 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown')
             [CompletionResult]::new('--no-checks', '--no-checks', [CompletionResultType]::ParameterName, 'Tie the session to its TTL only, no health checks')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run one string through $SHELL -c (falls back to /bin/sh)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
@@ -126,8 +126,8 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown')
             [CompletionResult]::new('--no-checks', '--no-checks', [CompletionResultType]::ParameterName, 'Tie the session to its TTL only, no health checks')
             [CompletionResult]::new('--shell', '--shell', [CompletionResultType]::ParameterName, 'Run one string through $SHELL -c (falls back to /bin/sh)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break

@@ -81,8 +81,8 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand --quiet 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
             cand --no-checks 'Tie the session to its TTL only, no health checks'
             cand --shell 'Run one string through $SHELL -c (falls back to /bin/sh)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }
@@ -121,8 +121,8 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand --quiet 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
             cand --no-checks 'Tie the session to its TTL only, no health checks'
             cand --shell 'Run one string through $SHELL -c (falls back to /bin/sh)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }

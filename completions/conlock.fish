@@ -80,7 +80,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
-complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l prefix -d 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock' -r
@@ -113,7 +113,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l key -d 'A lock key' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l prefix -d 'A lock (PREFIX/.lock) or a semaphore under PREFIX' -r

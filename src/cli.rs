@@ -39,6 +39,11 @@ Examples:
   conlock status --prefix service/x                # who holds it
   conlock dev-server                               # a local Consul-compatible server for trying it";
 
+const LEFTOVERS: &str = "When the command exits, processes it left running in the background \
+(in its process group, or escaped with setsid) are stopped (--kill-signal, --kill-grace, \
+SIGKILL) before the claim is released, and conlock says so; flock and consul lock leave \
+them running.";
+
 const RUN_EXAMPLES: &str = "\
 Examples:
   conlock run --key service/x/leader -- ./job
@@ -74,10 +79,16 @@ pub struct Cli {
 #[command(defer = true)]
 pub enum Command {
     /// Run a command while holding a lock (one holder at a time)
-    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
+    #[command(
+        long_about = format!("Run a command while holding a lock (one holder at a time).\n\n{LEFTOVERS}"),
+        after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+    )]
     Run(RunArgs),
     /// Run a command while holding one of N semaphore slots
-    #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
+    #[command(
+        long_about = format!("Run a command while holding one of N semaphore slots.\n\n{LEFTOVERS}"),
+        after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+    )]
     Sem(SemArgs),
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(

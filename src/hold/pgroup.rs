@@ -42,6 +42,13 @@ pub fn gone(pgid: i32) -> bool {
     gone_given(probe, member_states(pgid).as_deref())
 }
 
+/// How many processes of group `pgid` are alive (zombies are dead); `None` when /proc
+/// cannot tell (see `member_states`).
+pub fn live_members(pgid: i32) -> Option<usize> {
+    let states = member_states(pgid)?;
+    Some(states.iter().filter(|&&s| s != b'Z' && s != b'X').count())
+}
+
 /// True when no process, not even a zombie, has `pgid` as its group: from then on the ID
 /// may be reused, and no process can join that group any more.
 pub fn no_such_group(pgid: i32) -> bool {

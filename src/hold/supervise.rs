@@ -761,10 +761,26 @@ fn stop_leftovers(
     if !child.alive() {
         return true;
     }
-    ui::verbose(format_args!(
-        "processes of the command remain (group {}); stopping them",
-        child.pid
-    ));
+    if kill_at.is_none() {
+        // The command ended on its own and left background processes: said at the
+        // default level, since flock and `consul lock` leave them running.
+        let n = super::pgroup::live_members(child.pid.as_raw())
+            .map(|n| n + child.escapees().len())
+            .filter(|&n| n > 0);
+        let what = match n {
+            Some(1) => "1 process running; stopping it".to_string(),
+            Some(n) => format!("{n} processes running; stopping them"),
+            None => "processes running; stopping them".to_string(),
+        };
+        ui::alert(format_args!(
+            "the command exited and left {what} (background processes of the command do not outlive the lock)"
+        ));
+    } else {
+        ui::verbose(format_args!(
+            "processes of the command remain (group {}); stopping them",
+            child.pid
+        ));
+    }
     child.stop_all(policy.kill_signal, stopped);
     // The grace period started with the loss or the forwarded INT/TERM, not when the
     // direct child exited: restarting it here let leftovers outlive the loss by up to

@@ -775,3 +775,35 @@ fn quiet_drops_the_busy_message_but_never_a_kill_or_a_loss() {
     assert_eq!(wait_exit(&mut q, LONG).code(), Some(124));
     assert!(err.contains("conlock: lock lost: "), "stderr: {err:?}");
 }
+
+#[test]
+fn background_processes_are_stopped_and_said_so() {
+    let server = start_server();
+    let pidfile = scratch("bg").join("pid");
+    let out = conlock(&server)
+        .args(["run", "--key", "bg/1", "--", "sh", "-c"])
+        .arg(format!("sleep 60 & echo $! > {}", pidfile.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err,
+        "conlock: the command exited and left 1 process running; stopping it (background processes of the command do not outlive the lock)\n"
+    );
+    let pid: i32 = read(&pidfile).trim().parse().unwrap();
+    assert!(
+        !process_alive(pid),
+        "the background sleep {pid} outlived conlock"
+    );
+    // A command that leaves nothing behind: nothing said.
+    conlock(&server)
+        .args(["run", "--key", "bg/1", "--", "true"])
+        .assert()
+        .success()
+        .stderr("");
+    conlock(&server)
+        .args(["run", "--help"])
+        .assert()
+        .stdout(contains("flock and consul lock leave them running"));
+}
