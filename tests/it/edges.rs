@@ -654,3 +654,51 @@ fn subcommand_options_sit_under_the_subcommand_heading() {
         assert_eq!(section, ".SH OPTIONS", "conlock-{sub}.1, {needle}");
     }
 }
+
+/// Usage errors say what was probably meant and point at the subcommand's help; a bare
+/// `conlock` prints the help.
+#[test]
+fn usage_errors_show_the_fix() {
+    for (args, want) in [
+        (
+            &["run", "--key", "k", "true"][..],
+            "the command goes after `--`: conlock run --key k -- true (see 'conlock run --help')",
+        ),
+        (
+            &["run", "service/x", "--", "./job"][..],
+            "conlock run --prefix service/x -- ./job (see 'conlock run --help')",
+        ),
+        (
+            &["sem", "-n", "2", "db", "./worker"][..],
+            "conlock sem -n 2 --prefix db -- ./worker (see 'conlock sem --help')",
+        ),
+        (
+            &["run", "--key", "k"][..],
+            "give the command after `--`: conlock run --key k -- CMD… (see 'conlock run --help')",
+        ),
+        (
+            &["watch", "--key", "k", "sh"][..],
+            "the handler goes after `--`: conlock watch --key k -- sh (see 'conlock watch --help')",
+        ),
+        (
+            &["run", "--kye", "k", "--", "true"][..],
+            "unexpected argument '--kye' found (see 'conlock run --help')",
+        ),
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.starts_with("conlock: error: ") && err.ends_with(&format!("{want}\n")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    let out = Command::new(BIN).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.starts_with("Run a command while holding") && err.contains("Usage: conlock"),
+        "{err}"
+    );
+}
