@@ -92,7 +92,10 @@ fn run(args: Vec<OsString>) -> ! {
                 (ErrorKind::MissingRequiredArgument, Some(ContextValue::Strings(v)))
                     if v.iter().any(|a| a.starts_with("<CMD>")) =>
                 {
-                    let mut line: Vec<String> = words[1..].iter().map(|w| shell_quote(w)).collect();
+                    let mut line: Vec<String> = words[1..]
+                        .iter()
+                        .map(|w| conlock::ui::shell_quote(w))
+                        .collect();
                     if line.last().map(String::as_str) != Some("--") {
                         line.push("--".into());
                     }
@@ -213,20 +216,8 @@ fn fix_for_stray(words: &[String], stray: &str) -> Option<String> {
         }
         _ => return None,
     };
-    let shown: Vec<String> = fixed.iter().map(|w| shell_quote(w)).collect();
+    let shown: Vec<String> = fixed.iter().map(|w| conlock::ui::shell_quote(w)).collect();
     Some(format!("{why}: {}", shown.join(" ")))
-}
-
-/// `w` as a shell would need it typed.
-fn shell_quote(w: &str) -> String {
-    let plain = !w.is_empty()
-        && w.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-    if plain {
-        w.to_string()
-    } else {
-        format!("'{}'", w.replace('\'', "'\\''"))
-    }
 }
 
 /// clap's message without its usage block, folded onto one line, with `fix` (what was

@@ -343,6 +343,18 @@ pub fn clear_status() {
     }
 }
 
+/// `w` as a shell would need it typed, for command lines in messages.
+pub fn shell_quote(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
 /// RFC 3339 UTC with milliseconds, e.g. `2026-11-21T13:52:49.123Z`.
 pub fn timestamp(t: SystemTime) -> String {
     let mut s = timestamp_micros(t);

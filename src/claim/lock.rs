@@ -38,9 +38,15 @@ impl Lock {
 impl Lock {
     fn check_flags(&self, pair: &KvPair) -> Result<()> {
         if pair.flags != LOCK_FLAGS {
+            let hint = if pair.flags == crate::consul::SEMAPHORE_FLAGS {
+                "; a prefix holds either a lock or a semaphore: use `conlock sem` here as the others do, or another key"
+            } else {
+                ""
+            };
             return Err(Error::Conflict(format!(
-                "key {:?} exists but is not a conlock/consul lock (Flags {:#x}, expected {LOCK_FLAGS:#x}); refusing to touch it",
-                self.key, pair.flags
+                "key {:?} is {}, not a lock's; refusing to touch it{hint}",
+                self.key,
+                claim::key_kind(pair.flags)
             )));
         }
         Ok(())
@@ -329,10 +335,13 @@ impl Claim for Lock {
         match client.kv_put(&self.key, &[], put) {
             Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
             Ok(false) => {}
-            Err(e) => ui::warn(format_args!(
-                "could not release {}: {e}; destroying the session frees it",
-                self.describe()
-            )),
+            Err(e) => {
+                ui::warn(format_args!(
+                    "could not release {}: {e}; it frees when the session ends",
+                    self.describe()
+                ));
+                return;
+            }
         }
         // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
         if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {

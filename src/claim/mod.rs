@@ -273,6 +273,18 @@ impl Puzzles {
     }
 }
 
+/// What a key's Flags make of it, in words: `a lock's key (conlock run, consul lock)`.
+pub fn key_kind(flags: u64) -> String {
+    match flags {
+        crate::consul::LOCK_FLAGS => "a lock's key (conlock run, consul lock)".to_string(),
+        crate::consul::SEMAPHORE_FLAGS => {
+            "a semaphore's key (conlock sem, consul lock -n)".to_string()
+        }
+        0 => "a plain key (no lock flags: written by something else)".to_string(),
+        f => format!("a key with Flags {f:#x}, used by neither conlock nor consul lock"),
+    }
+}
+
 /// A key as read, for messages.
 pub fn describe_pair(pair: Option<&KvPair>) -> String {
     match pair {

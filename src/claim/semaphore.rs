@@ -211,9 +211,14 @@ impl Semaphore {
         let state = match &lock {
             Some(p) => {
                 if p.flags != SEMAPHORE_FLAGS {
+                    let hint = if p.flags == crate::consul::LOCK_FLAGS {
+                        "; a prefix holds either a lock or a semaphore: use `conlock run --prefix` here as the others do, or another prefix"
+                    } else {
+                        ""
+                    };
                     return Err(Error::Conflict(format!(
-                        "key {lock_key:?} exists but is not a semaphore (Flags {:#x}, expected {SEMAPHORE_FLAGS:#x}); refusing to touch it",
-                        p.flags
+                        "key {lock_key:?} is {}, not a semaphore's; refusing to touch it{hint}",
+                        claim::key_kind(p.flags)
                     )));
                 }
                 LockState::decode(p.value_bytes(), &lock_key)?
@@ -227,8 +232,8 @@ impl Semaphore {
         });
         if check_limit && state.limit != self.limit {
             return Err(Error::Conflict(format!(
-                "semaphore limit conflict (lock: {}, local: {})",
-                state.limit, self.limit
+                "semaphore {:?} has a limit of {} (in {lock_key}, set by its first holder), not --limit {}: every user of one prefix must give the same limit (consul lock says \"semaphore limit conflict (lock: {}, local: {})\")",
+                self.prefix, state.limit, self.limit, state.limit, self.limit
             )));
         }
         Ok(View {

@@ -31,7 +31,7 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
     };
     let list = chosen
         .iter()
-        .map(Holder::describe)
+        .map(Holder::describe_session)
         .collect::<Vec<_>>()
         .join(", ");
     if !yes {
@@ -43,7 +43,7 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
         // Not eprint!, which panics when stderr is closed.
         let _ = write!(
             std::io::stderr(),
-            "Destroy the session of {list} holding {}? [y/N] ",
+            "Destroy {list}, holding {}? [y/N] ",
             name(&snap)
         );
         let mut answer = String::new();
@@ -61,9 +61,8 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
             Snapshot::Lock { key, .. } => {
                 let delay = applied_delay(h);
                 format!(
-                    "destroyed session {} of {}; {key} can be acquired again after {delay} (lock-delay)\n",
-                    h.session,
-                    h.describe()
+                    "destroyed {}; {key} can be acquired again after {delay} (lock-delay)\n",
+                    h.describe_session()
                 )
             }
             Snapshot::Semaphore { prefix, .. } => {
@@ -72,9 +71,8 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
                 // waiters take it back after its cushion (its lock-delay).
                 let cushion = applied_delay(h);
                 format!(
-                    "destroyed session {} of {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot\n",
-                    h.session,
-                    h.describe()
+                    "destroyed {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot\n",
+                    h.describe_session()
                 )
             }
         };

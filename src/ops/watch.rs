@@ -244,6 +244,12 @@ impl HandlerRunner {
         let pending: Arc<(Mutex<Option<Env>>, Condvar)> = Arc::default();
         let shared = pending.clone();
         let ours = running.clone();
+        let shown = program
+            .argv
+            .iter()
+            .map(|a| ui::shell_quote(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
         std::thread::spawn(move || loop {
             let env = {
                 let (lock, cv) = &*shared;
@@ -283,10 +289,10 @@ impl HandlerRunner {
             running.lock().unwrap_or_else(|e| e.into_inner()).pgid = None;
             match status {
                 Ok(st) if !st.success() => {
-                    ui::warn(format_args!("handler {} exited with {st}", program.display))
+                    ui::warn(format_args!("the handler ({shown}) {}", describe_exit(st)))
                 }
                 Ok(_) => {}
-                Err(e) => ui::warn(format_args!("cannot run handler {}: {e}", program.display)),
+                Err(e) => ui::warn(format_args!("cannot run the handler ({shown}): {e}")),
             }
         });
         Ok(HandlerRunner {
@@ -321,6 +327,19 @@ fn close_handler(running: &Mutex<Running>, sig: i32) {
                 "the handler's process group {pgid} survives SIGKILL"
             ));
         }
+    }
+}
+
+/// "exited with 9", "was killed by signal 9 (SIGKILL)".
+fn describe_exit(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(n)) => match nix::sys::signal::Signal::try_from(n) {
+            Ok(sig) => format!("was killed by signal {n} ({})", sig.as_str()),
+            Err(_) => format!("was killed by signal {n}"),
+        },
+        (None, None) => format!("ended: {st}"),
     }
 }
 

@@ -403,3 +403,38 @@ fn an_error_that_cannot_pass_is_not_retried() {
     assert!(err.contains("Missing check 'nosuch' registration"), "{err}");
     assert_eq!(err.lines().count(), 1, "retried? {err}");
 }
+
+/// The cleanup after a loss to a hung agent says once that time ran out, without
+/// "within 0.0s" and without promising a destroy that cannot happen.
+#[test]
+fn cleanup_against_a_hung_agent_reads_cleanly() {
+    let server = start_server();
+    let running = scratch("hung-cleanup").join("running");
+    let mut h = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "hung",
+            "--lock-delay",
+            "2s",
+            "--kill-grace",
+            "200ms",
+            "--",
+        ])
+        .args(marked(&running, "exec sleep 60"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || running.exists()));
+    fault(&server, "hang", "30s");
+    let mut err = String::new();
+    h.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let st = wait_exit(&mut h, LONG);
+    fault(&server, "none", "");
+    assert_eq!(st.code(), Some(124), "{err}");
+    assert!(err.contains("conlock: lock lost: "), "{err}");
+    assert!(err.contains("(cleanup is bounded to 3s)"), "{err}");
+    for bad in ["within 0.0s", "destroying the session frees it"] {
+        assert!(!err.contains(bad), "{bad:?} in:\n{err}");
+    }
+}

@@ -442,3 +442,53 @@ fn a_full_stdout_is_one_error_line_and_125() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
 }
+
+/// Messages that read cleanly (issue 32, item 11).
+#[test]
+fn operator_messages_read_cleanly() {
+    let server = start_server();
+    // A semaphore nobody holds: no "0 of unknown".
+    let (code, text) = status(&server, &["--prefix", "idle", "--kind", "semaphore"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("slots:     0 held; the limit is not known yet (no .lock)\n"),
+        "{text}"
+    );
+
+    // A holder with no value and no session name: no "session X of session X".
+    let c = client(&server);
+    let sid = c
+        .session_create(&conlock::consul::SessionRequest::default())
+        .unwrap();
+    let put = conlock::consul::PutOptions {
+        flags: conlock::consul::LOCK_FLAGS,
+        acquire: Some(&sid),
+        ..Default::default()
+    };
+    assert!(c.kv_put("plain", b"", put).unwrap());
+    conlock(&server)
+        .args(["break", "--key", "plain", "--yes"])
+        .assert()
+        .success()
+        .stdout(format!(
+            "destroyed session {sid}; plain can be acquired again after 15s (lock-delay)\n"
+        ));
+
+    // A failing handler: its command line, then how it ended, once.
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["watch", "--key", "w", "--", "sh", "-c", "exit 9"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(w.0.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line,
+        "conlock: warning: the handler (sh -c 'exit 9') exited with 9\n"
+    );
+}

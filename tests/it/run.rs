@@ -133,7 +133,9 @@ fn foreign_flags_are_refused_and_left_alone() {
         .args(["run", "--key", "app/config", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("not a conlock/consul lock"));
+        .stderr(contains(
+            "key \"app/config\" is a plain key (no lock flags: written by something else), not a lock's; refusing to touch it",
+        ));
     let (pair, _) = c.kv_get("app/config", QueryOptions::default()).unwrap();
     let pair = pair.unwrap();
     assert_eq!(pair.value_bytes(), b"precious");
