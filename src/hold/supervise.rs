@@ -117,10 +117,19 @@ fn is_executable(p: &Path) -> bool {
 }
 
 fn find_program(name: &OsStr) -> Result<PathBuf> {
-    let shown = name.to_string_lossy();
+    let raw = name.to_string_lossy();
+    // Quoted as typed, so that a whole shell line does not read as one.
+    let shown = ui::shell_quote(&raw);
+    // A whole shell line given as one word is the usual `consul lock` habit.
+    let hint =
+        if raw.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
+            " (a whole shell line? use --shell)"
+        } else {
+            ""
+        };
     let check = |p: &Path| -> Result<PathBuf> {
         let meta = std::fs::metadata(p)
-            .map_err(|_| Error::NotFound(format!("command not found: {shown}")))?;
+            .map_err(|_| Error::NotFound(format!("command not found: {shown}{hint}")))?;
         if meta.is_dir() {
             return Err(Error::NotExecutable(format!(
                 "{shown} is a directory, not a command"
@@ -156,13 +165,6 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
             Err(_) => {}
         }
     }
-    // A whole shell line given as one word is the usual `consul lock` habit.
-    let hint =
-        if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
-            " (a whole shell line? use --shell)"
-        } else {
-            ""
-        };
     Err(first_err.unwrap_or_else(|| {
         Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
     }))

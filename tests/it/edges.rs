@@ -242,8 +242,25 @@ fn migration_hints_for_shell_lines_and_missing_interpreters() {
         .assert()
         .code(127)
         .stderr(contains(
-            "command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)",
+            "command not found: 'echo a && echo b' (searched PATH) (a whole shell line? use --shell)",
         ));
+    // With a slash too (no PATH search), quoted so that it does not read as a shell line.
+    for (cmd, want) in [
+        (
+            "pg_dump db | gzip > /b/db.gz",
+            "command not found: 'pg_dump db | gzip > /b/db.gz' (a whole shell line? use --shell)\n",
+        ),
+        (
+            "./job 1",
+            "command not found: './job 1' (a whole shell line? use --shell)\n",
+        ),
+    ] {
+        conlock(&server)
+            .args(["run", "--key", "k", "--", cmd])
+            .assert()
+            .code(127)
+            .stderr(predicates::str::ends_with(want));
+    }
     conlock(&server)
         .args(["run", "--key", "k", "--", "no-such-command-xyz"])
         .assert()
