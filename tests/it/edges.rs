@@ -539,6 +539,11 @@ fn man_pages_and_help_name_what_operators_type() {
         .args(["break", "--help"])
         .assert()
         .stdout(contains("1    declined at the confirmation prompt"));
+    // What status cannot see (issue 32, item 6).
+    Command::new(BIN)
+        .args(["status", "--help"])
+        .assert()
+        .stdout(contains("1    free (also right after a `break` or a loss"));
 }
 
 #[test]
