@@ -44,6 +44,15 @@ const LEFTOVERS: &str = "When the command exits, processes it left running in th
 SIGKILL) before the claim is released, and conlock says so; flock and consul lock leave \
 them running.";
 
+const COMMAND_ENV: &str = "\
+The command gets (besides conlock's own environment):
+  CONSUL_LOCK_HELD=true     as `consul lock` sets it
+  CONLOCK_KEY               the lock key (sem: this holder's contender key)
+  CONLOCK_SESSION           the Consul session holding it
+  CONLOCK_MODIFY_INDEX      the fencing token: grows strictly from holder to holder
+  CONLOCK_LOCK_INDEX        Consul's LockIndex (not a safe fencing token)
+  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit";
+
 const RUN_EXAMPLES: &str = "\
 Examples:
   conlock run --key service/x/leader -- ./job
@@ -81,13 +90,13 @@ pub enum Command {
     /// Run a command while holding a lock (one holder at a time)
     #[command(
         long_about = format!("Run a command while holding a lock (one holder at a time).\n\n{LEFTOVERS}"),
-        after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+        after_help = format!("{RUN_EXAMPLES}\n\n{COMMAND_ENV}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
     )]
     Run(RunArgs),
     /// Run a command while holding one of N semaphore slots
     #[command(
         long_about = format!("Run a command while holding one of N semaphore slots.\n\n{LEFTOVERS}"),
-        after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+        after_help = format!("{SEM_EXAMPLES}\n\n{COMMAND_ENV}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
     )]
     Sem(SemArgs),
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)

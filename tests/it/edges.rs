@@ -539,6 +539,25 @@ fn man_pages_and_help_name_what_operators_type() {
         .args(["break", "--help"])
         .assert()
         .stdout(contains("1    declined at the confirmation prompt"));
+    // The variables the command receives, and that --timeout defaults to forever.
+    for sub in ["run", "sem"] {
+        let help = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let man = Command::new(BIN).args(["man", sub]).output().unwrap();
+        for text in [&help.stdout, &man.stdout] {
+            let text = String::from_utf8_lossy(text);
+            for want in [
+                "CONSUL_LOCK_HELD",
+                "CONLOCK_KEY",
+                "CONLOCK_SESSION",
+                "CONLOCK_MODIFY_INDEX",
+                "CONLOCK_LOCK_INDEX",
+                "CONLOCK_PREFIX, CONLOCK_LIMIT",
+                "[default: wait forever]",
+            ] {
+                assert!(text.contains(want), "{sub}: {want} missing in:\n{text}");
+            }
+        }
+    }
     // What status cannot see (issue 32, item 6).
     Command::new(BIN)
         .args(["status", "--help"])
