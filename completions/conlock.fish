@@ -52,19 +52,19 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l prefix -d 'Use t
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l behavior -d 'Session behavior when it is invalidated' -r -f -a "release\t''
 delete\t''"
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-grace -d 'Time between that signal and SIGKILL' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-grace -d 'Time between that signal and SIGKILL' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry-time -d 'Pause between those reads' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry-time -d 'Pause between those reads' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
@@ -85,19 +85,19 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -s V -l version -d 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l prefix -d 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-grace -d 'Time between that signal and SIGKILL' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-grace -d 'Time between that signal and SIGKILL' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry -d 'Failed reads of the key in a row before the lock counts as lost' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry-time -d 'Pause between those reads' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry-time -d 'Pause between those reads' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
@@ -177,7 +177,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'D
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l addr -d 'Address to listen on (port 0 picks a free port)' -r
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l session-ttl-min -d 'Lowest session TTL accepted, like Consul\'s session_ttl_min' -r
+complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l session-ttl-min -d 'Lowest session TTL accepted, like Consul\'s session_ttl_min' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l acl-token -d 'Require this ACL token on every request' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l node-name -d 'Node name the server reports' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -s v -l verbose -d 'Timestamped progress lines on stderr'

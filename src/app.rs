@@ -83,6 +83,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             // Into memory first: clap_complete panics when its writer fails.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "conlock", &mut script);
+            if shell == clap_complete::Shell::Bash {
+                // clap's bash script knows nothing after `--` (zsh's and fish's use the
+                // value hint): complete the command there, as for sudo and timeout.
+                script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+            }
             ui::out(script)?;
             Ok(0)
         }
@@ -107,6 +112,34 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
     }
 }
+
+/// Appended to clap's bash completion: after `--` (run, sem, watch), a command line.
+/// bash-completion's `_command_offset` completes it as `sudo` does; without it, command
+/// names, then file names.
+const BASH_COMMAND_AFTER_DASHES: &str = r#"
+_conlock_command() {
+    local i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        if [[ ${COMP_WORDS[i]} == -- ]]; then
+            if declare -F _command_offset >/dev/null; then
+                _command_offset $((i + 1))
+            elif ((COMP_CWORD == i + 1)); then
+                COMPREPLY=($(compgen -c -- "${COMP_WORDS[COMP_CWORD]}" | sort -u))
+            else
+                COMPREPLY=($(compgen -f -- "${COMP_WORDS[COMP_CWORD]}"))
+            fi
+            return 0
+        fi
+    done
+    _conlock "$@"
+}
+
+if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then
+    complete -F _conlock_command -o nosort -o bashdefault -o default conlock
+else
+    complete -F _conlock_command -o bashdefault -o default conlock
+fi
+"#;
 
 fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     let key = match (&args.key, &args.prefix) {

@@ -127,6 +127,7 @@ Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirma
     /// Print the man page (roff) of conlock or of one subcommand
     Man {
         /// A subcommand, for its own page (conlock-run.1, …)
+        #[arg(value_parser = ["run", "sem", "status", "watch", "break", "dev-server"])]
         subcommand: Option<String>,
     },
 }
@@ -228,12 +229,12 @@ pub struct HoldArgs {
     #[arg(long, value_name = "NAME")]
     pub session_name: Option<String>,
     /// Session TTL, 10s to 24h; renewed every TTL/2
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
     /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
     /// --kill-grace by a margin: see docs/safety.md
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]
     #[arg(long = "check", value_name = "ID", conflicts_with = "no_checks")]
@@ -242,7 +243,7 @@ pub struct HoldArgs {
     #[arg(long)]
     pub no_checks: bool,
     /// Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)
     #[arg(long, value_name = "N", default_value_t = 75)]
@@ -260,25 +261,25 @@ pub struct HoldArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "TERM")]
     pub kill_signal: String,
     /// Time between that signal and SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub kill_grace: Duration,
     /// Failed reads of the key in a row before the lock counts as lost
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub monitor_retry: u32,
     /// Pause between those reads
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub monitor_retry_time: Duration,
     /// Keep the lock at least this long after the command started, even if it ends sooner
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub min_hold: Option<Duration>,
     /// Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub max_time: Option<Duration>,
     /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
     #[arg(long, value_name = "FILE|-|fd:N")]
     pub events: Option<String>,
     /// The command and its arguments
-    #[arg(last = true, value_name = "CMD", required = true, num_args = 1..)]
+    #[arg(last = true, value_name = "CMD", required = true, num_args = 1.., value_hint = clap::ValueHint::CommandWithArguments)]
     pub command: Vec<OsString>,
 }
 
@@ -356,7 +357,7 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
     /// Command run on each change, with CONLOCK_* variables describing it
-    #[arg(last = true, value_name = "HANDLER")]
+    #[arg(last = true, value_name = "HANDLER", value_hint = clap::ValueHint::CommandWithArguments)]
     pub handler: Vec<OsString>,
     // Last: its heading applies to every option after it.
     #[command(flatten)]
@@ -384,7 +385,7 @@ pub struct DevServerArgs {
     #[arg(long, default_value = "127.0.0.1:8500")]
     pub addr: std::net::SocketAddr,
     /// Lowest session TTL accepted, like Consul's session_ttl_min
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub session_ttl_min: Duration,
     /// Require this ACL token on every request
     #[arg(long, value_name = "TOKEN")]

@@ -743,3 +743,42 @@ fn usage_errors_show_the_fix() {
         "{err}"
     );
 }
+
+/// bash completion (the script `conlock completions bash` prints, run by bash itself):
+/// the command after `--`, subcommand names after `man`, no file names for durations.
+#[test]
+fn bash_completes_the_command_after_dashes() {
+    let dir = scratch("bash-completion");
+    let script = dir.join("conlock.bash");
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, &out.stdout).unwrap();
+    // A file the default completion would offer for a duration.
+    std::fs::write(dir.join("5s-file"), "").unwrap();
+    let complete = |words: &str| -> String {
+        let out = Command::new("bash")
+            .current_dir(&dir)
+            .arg("-c")
+            .arg(format!(
+                "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 _conlock_command conlock \"${{COMP_WORDS[COMP_CWORD]}}\" 2>/dev/null; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display()
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let after = complete("conlock run --key k -- ech");
+    assert!(after.lines().any(|l| l == "echo"), "{after:?}");
+    let after = complete("conlock watch --key k -- ech");
+    assert!(after.lines().any(|l| l == "echo"), "{after:?}");
+    let man = complete("conlock man ''");
+    for sub in ["run", "sem", "status", "watch", "break", "dev-server"] {
+        assert!(man.lines().any(|l| l == sub), "{sub} in {man:?}");
+    }
+    let duration = complete("conlock run --timeout 5");
+    assert!(!duration.contains("5s-file"), "{duration:?}");
+}
