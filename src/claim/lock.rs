@@ -38,9 +38,15 @@ impl Lock {
 impl Lock {
     fn check_flags(&self, pair: &KvPair) -> Result<()> {
         if pair.flags != LOCK_FLAGS {
+            let hint = if pair.flags == crate::consul::SEMAPHORE_FLAGS {
+                "; a prefix holds either a lock or a semaphore: use `conlock sem` here as the others do, or another key"
+            } else {
+                ""
+            };
             return Err(Error::Conflict(format!(
-                "key {:?} exists but is not a conlock/consul lock (Flags {:#x}, expected {LOCK_FLAGS:#x}); refusing to touch it",
-                self.key, pair.flags
+                "key {:?} is {}, not a lock's; refusing to touch it{hint}",
+                self.key,
+                claim::key_kind(pair.flags)
             )));
         }
         Ok(())
@@ -307,12 +313,16 @@ impl Claim for Lock {
     }
 
     fn release(&self, client: &Client, session_id: &str) -> bool {
+        // `retry_release` may move its deadline out through a leader election.
+        let client = &mut client.clone();
         // One request in the common case: the key is exactly as we last held it, so a
         // check-and-set delete frees it and leaves nothing behind, as `consul lock` does.
         let held_at = self.held_at.load(Ordering::SeqCst);
         if held_at > 0
-            && claim::retry_release(client, || client.kv_delete(&self.key, Some(held_at), false))
-                .unwrap_or(false)
+            && claim::retry_release(client, |client| {
+                client.kv_delete(&self.key, Some(held_at), false)
+            })
+            .unwrap_or(false)
         {
             ui::verbose(format_args!("released {}", self.describe()));
             return true;
@@ -322,28 +332,25 @@ impl Claim for Lock {
             release: Some(session_id),
             ..Default::default()
         };
-        let released = match claim::retry_release(client, || client.kv_put(&self.key, &[], put)) {
-            Ok(true) => {
-                ui::verbose(format_args!("released {}", self.describe()));
-                true
-            }
+        match claim::retry_release(client, |client| client.kv_put(&self.key, &[], put)) {
+            Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
             // Not ours (any more): nothing to give back.
-            Ok(false) => true,
+            Ok(false) => {}
             Err(e) => {
                 ui::warn(format_args!(
-                    "could not release {}: {e}; destroying the session frees it",
+                    "could not release {}: {e}; it frees when the session ends",
                     self.describe()
                 ));
-                false
+                return false;
             }
-        };
+        }
         // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
         if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {
             if p.holder().is_none() && p.flags == LOCK_FLAGS {
                 let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
             }
         }
-        released
+        true
     }
 
     fn renew_while_waiting(&self) -> bool {

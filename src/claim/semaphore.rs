@@ -226,9 +226,14 @@ impl Semaphore {
         let state = match &lock {
             Some(p) => {
                 if p.flags != SEMAPHORE_FLAGS {
+                    let hint = if p.flags == crate::consul::LOCK_FLAGS {
+                        "; a prefix holds either a lock or a semaphore: use `conlock run --prefix` here as the others do, or another prefix"
+                    } else {
+                        ""
+                    };
                     return Err(Error::Conflict(format!(
-                        "key {lock_key:?} exists but is not a semaphore (Flags {:#x}, expected {SEMAPHORE_FLAGS:#x}); refusing to touch it",
-                        p.flags
+                        "key {lock_key:?} is {}, not a semaphore's; refusing to touch it{hint}",
+                        claim::key_kind(p.flags)
                     )));
                 }
                 LockState::decode(p.value_bytes(), &lock_key)?
@@ -242,8 +247,8 @@ impl Semaphore {
         });
         if check_limit && state.limit != self.limit {
             return Err(Error::Conflict(format!(
-                "semaphore limit conflict (lock: {}, local: {})",
-                state.limit, self.limit
+                "semaphore {:?} has a limit of {} (in {lock_key}, set by its first holder), not --limit {}: every user of one prefix must give the same limit (consul lock says \"semaphore limit conflict (lock: {}, local: {})\")",
+                self.prefix, state.limit, self.limit, state.limit, self.limit
             )));
         }
         Ok(View {
@@ -343,9 +348,11 @@ impl Claim for Semaphore {
             let sid = session.id();
             if enter {
                 let key = self.contender_key(&sid);
-                let written = crate::consul::retry_transient("creating the contender key", || {
-                    self.write_contender(client, &sid)
-                })?;
+                let written = crate::consul::retry_transient(
+                    "creating the contender key",
+                    client.deadline(),
+                    || self.write_contender(client, &sid),
+                )?;
                 if !written {
                     // Our session was invalidated: a new one gets a new key. A new
                     // session refused at once makes no sense.
@@ -665,6 +672,8 @@ impl Claim for Semaphore {
     /// Removes only us: a vanished holder stays listed until a waiter's cushion for it
     /// has passed (its command may still run).
     fn release(&self, client: &Client, session_id: &str) -> bool {
+        // `retry_release` may move its deadline out through a leader election.
+        let client = &mut client.clone();
         let lock_key = self.lock_key();
         let mine = self.contender_key(session_id);
         // `.lock` first, by check-and-set against what we read, so that a waiter sees a
@@ -677,7 +686,7 @@ impl Claim for Semaphore {
                 // server that keeps refusing is not hammered.
                 std::thread::sleep(RELEASE_RETRY_PAUSE * attempt.min(20));
             }
-            let listed = claim::retry_release(client, || {
+            let listed = claim::retry_release(client, |client| {
                 client.kv_list(&self.prefix, QueryOptions::default())
             });
             let mut view = match listed.map(|(pairs, _)| self.view_checked(pairs, false)) {
@@ -709,7 +718,7 @@ impl Claim for Semaphore {
             }
             let mut state = view.state.clone();
             state.remove(session_id);
-            let done = claim::retry_release(client, || {
+            let done = claim::retry_release(client, |client| {
                 if state.holders.is_empty() && view.contenders.is_empty() {
                     client.kv_delete(&lock_key, Some(at), false)
                 } else {
@@ -732,7 +741,7 @@ impl Claim for Semaphore {
                 }
             }
         }
-        let _ = claim::retry_release(client, || client.kv_delete(&mine, None, false));
+        let _ = claim::retry_release(client, |client| client.kv_delete(&mine, None, false));
         released
     }
 

@@ -638,7 +638,7 @@ fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
         .map_or_else(|| "nothing".to_string(), ClaimSpec::describe);
     if let Some(c) = known.claim {
         let claim = c.build();
-        ui::set_level(ui::Level::Quiet);
+        ui::set_level(ui::Level::Silent);
         claim.release(&client, &session);
     }
     if client.session_destroy(&session).is_ok() && known.pgid.is_some() {

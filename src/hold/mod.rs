@@ -39,6 +39,20 @@ pub struct HoldSpec {
     pub unguarded: bool,
 }
 
+/// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
+fn cleanup_client(client: &Client) -> Client {
+    client.with_deadline(
+        Instant::now() + CLEANUP_BUDGET,
+        &format!(
+            "cleanup is bounded to {}",
+            crate::duration::format(CLEANUP_BUDGET)
+        ),
+    )
+}
+
+/// How long past `--timeout` a request sent just before it may take to be answered.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
@@ -134,8 +148,23 @@ fn hold_guarded(
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
+    // --timeout bounds the whole wait, a Consul that does not answer included: requests
+    // end by then, with ANSWER_GRACE for one sent just before (`--timeout 0s` too).
+    let deadline = spec.timeout.map(|t| Instant::now() + t);
+    let waiting = match (deadline, spec.timeout) {
+        (Some(d), Some(t)) => client.with_deadline(
+            d + ANSWER_GRACE,
+            &format!(
+                "--timeout {} and {} for an answer",
+                crate::duration::format(t),
+                crate::duration::format(ANSWER_GRACE)
+            ),
+        ),
+        _ => client.clone(),
+    };
     let mut session = Session::create(
         client,
+        &waiting,
         spec.session.clone(),
         guardian.cloned(),
         claim.renew_while_waiting(),
@@ -147,8 +176,7 @@ fn hold_guarded(
 
     let prior = supervise::Prior::now();
     let wait = WaitDisplay::start(claim.describe());
-    let deadline = spec.timeout.map(|t| Instant::now() + t);
-    let acquired = claim.acquire(client, &session, deadline, &wait);
+    let acquired = claim.acquire(&waiting, &session, deadline, &wait);
     wait.finish();
     let waited = wait.waited();
     let held = match acquired {
@@ -161,11 +189,11 @@ fn hold_guarded(
                 claim.describe(),
                 spec.busy_exit_code
             ));
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Ok(exit_event(spec.busy_exit_code, "busy"));
         }
         Err(e) => {
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Err(e);
         }
     };
@@ -381,7 +409,7 @@ fn hold_guarded(
             drop(session);
             return Ok(exit_event(exit::LOST, "lost"));
         }
-        ui::notice(format_args!(
+        ui::alert(format_args!(
             "the surviving processes of group {pgid} are gone; releasing {}",
             claim.describe()
         ));
@@ -408,8 +436,8 @@ fn hold_guarded(
     if let Some(g) = guardian {
         g.settle(Duration::from_millis(500));
     }
-    let cleanup_end = Instant::now() + CLEANUP_BUDGET;
-    let cleanup = client.with_deadline(cleanup_end);
+    let cleanup = cleanup_client(client);
+    let cleanup_end = cleanup.deadline().unwrap_or_else(Instant::now);
     let released = claim.release(&cleanup, &session_id);
     if released && !matches!(outcome, Outcome::Lost(_)) {
         events::emit("released", serde_json::json!({ "session": session_id }));
@@ -447,10 +475,10 @@ fn hold_guarded(
 /// How long after the spawn the monitor sends its first query.
 const MONITOR_DELAY: Duration = Duration::from_millis(50);
 
-/// Total time for releasing and destroying the session once the command is gone: longer
-/// than a leader election (2.4-4.2 s measured on a 3-server cluster), during which the
-/// agent answers 500; a release that is lost costs the next holder TTL and lock-delay.
-pub const CLEANUP_BUDGET: Duration = Duration::from_secs(10);
+/// Total time for releasing and destroying the session once the command is gone (a
+/// release that Consul answers with 500, as during a leader election, may take longer:
+/// see `claim::retry_release`).
+pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
 
 /// The exit code and the `how` of the `exit` event for an outcome.
 fn exit_of(outcome: &Outcome) -> (i32, &'static str) {

@@ -219,6 +219,12 @@ pub fn group(pgid: i32) -> Liveness {
     group_given(probe, members_dead(pgid).as_deref())
 }
 
+/// How many processes of group `pgid` are alive (by the same rule as `group`); `None`
+/// when /proc cannot tell.
+pub fn live_members(pgid: i32) -> Option<usize> {
+    Some(members_dead(pgid)?.iter().filter(|&&d| !d).count())
+}
+
 /// True when no process, not even a zombie, has `pgid` as its group: from then on the ID
 /// may be reused, and no process can join that group any more. Needs no /proc.
 pub fn no_such_group(pgid: i32) -> bool {

@@ -118,10 +118,19 @@ fn is_executable(p: &Path) -> bool {
 }
 
 fn find_program(name: &OsStr) -> Result<PathBuf> {
-    let shown = name.to_string_lossy();
+    let raw = name.to_string_lossy();
+    // Quoted as typed, so that a whole shell line does not read as one.
+    let shown = ui::shell_quote(&raw);
+    // A whole shell line given as one word is the usual `consul lock` habit.
+    let hint =
+        if raw.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
+            " (a whole shell line? use --shell)"
+        } else {
+            ""
+        };
     let check = |p: &Path| -> Result<PathBuf> {
         let meta = std::fs::metadata(p)
-            .map_err(|_| Error::NotFound(format!("command not found: {shown}")))?;
+            .map_err(|_| Error::NotFound(format!("command not found: {shown}{hint}")))?;
         if meta.is_dir() {
             return Err(Error::NotExecutable(format!(
                 "{shown} is a directory, not a command"
@@ -157,13 +166,6 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
             Err(_) => {}
         }
     }
-    // A whole shell line given as one word is the usual `consul lock` habit.
-    let hint =
-        if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
-            " (a whole shell line? use --shell)"
-        } else {
-            ""
-        };
     Err(first_err.unwrap_or_else(|| {
         Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
     }))
@@ -539,7 +541,7 @@ pub const DEADLINE_PASSED: &str =
 /// Why it was lost is decided by the claim (`Claim::confirm`, `Claim::monitor`) and by
 /// the session (`Session::deadline`, renewals).
 pub fn announce_loss(reason: &str, then: &str) {
-    ui::notice(format_args!("lock lost: {reason}; {then}"));
+    ui::alert(format_args!("lock lost: {reason}; {then}"));
     crate::events::emit("lost", serde_json::json!({ "reason": reason }));
 }
 
@@ -663,7 +665,7 @@ pub fn supervise(
                 if lost.is_none() && !timed_out {
                     child.stop_all(policy.kill_signal, &mut stopped);
                     kill_at.get_or_insert(Instant::now() + policy.grace);
-                    ui::notice(format_args!("{why}; stopping the command"));
+                    ui::alert(format_args!("{why}; stopping the command"));
                     timed_out = true;
                 }
             }
@@ -779,10 +781,27 @@ pub fn supervise(
                         // The grace started with the loss or the forwarded INT/TERM, not
                         // when the direct child exited: restarting it here let leftovers
                         // outlive the loss by up to twice --kill-grace.
-                        ui::verbose(format_args!(
-                            "processes of the command remain (group {}); stopping them",
-                            child.pid
-                        ));
+                        if kill_at.is_none() {
+                            // The command ended on its own and left background processes:
+                            // said at the default level, since flock and `consul lock`
+                            // leave them running.
+                            let n = super::procfs::live_members(child.pid.as_raw())
+                                .map(|n| n + escaped.as_ref().map_or(0, Vec::len))
+                                .filter(|&n| n > 0);
+                            let what = match n {
+                                Some(1) => "1 process running; stopping it".to_string(),
+                                Some(n) => format!("{n} processes running; stopping them"),
+                                None => "processes running; stopping them".to_string(),
+                            };
+                            ui::alert(format_args!(
+                                "the command exited and left {what} (background processes of the command do not outlive the lock)"
+                            ));
+                        } else {
+                            ui::verbose(format_args!(
+                                "processes of the command remain (group {}); stopping them",
+                                child.pid
+                            ));
+                        }
                         leftover_rounds = Some(1);
                         if killed {
                             child.stop_all(Signal::SIGKILL, &mut stopped);

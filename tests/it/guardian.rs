@@ -243,7 +243,7 @@ fn reuse_while_escapee_runs(
     let escapee = read_pid(&escfile);
     assert!(
         wait_for(LONG, || read(&errors)
-            .contains("processes of the command remain")),
+            .contains("the command exited and left")),
         "conlock is not stopping the escapee: {}",
         read(&errors)
     );
@@ -365,7 +365,7 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
     let mut cleanup = KillPids(vec![(escapee, start_time(escapee))]);
     assert!(
         wait_for(LONG, || read(&errors)
-            .contains("processes of the command remain")),
+            .contains("the command exited and left")),
         "conlock is not stopping the escaped process: {}",
         read(&errors)
     );

@@ -194,7 +194,17 @@ fn conflicts_give_125() {
         .args(["sem", "--limit", "3", "--prefix", "conf", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("semaphore limit conflict (lock: 2, local: 3)"));
+        .stderr(contains(
+            "semaphore \"conf\" has a limit of 2 (in conf/.lock, set by its first holder), not --limit 3: every user of one prefix must give the same limit",
+        ));
+    // A lock on the semaphore's prefix: said in words.
+    conlock(&server)
+        .args(["run", "--prefix", "conf", "--", "true"])
+        .assert()
+        .code(125)
+        .stderr(contains(
+            "key \"conf/.lock\" is a semaphore's key (conlock sem, consul lock -n), not a lock's; refusing to touch it; a prefix holds either a lock or a semaphore",
+        ));
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
 
@@ -206,7 +216,9 @@ fn conflicts_give_125() {
         .args(["sem", "--limit", "2", "--prefix", "foreign", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("not a semaphore"));
+        .stderr(contains(
+            "is a plain key (no lock flags: written by something else), not a semaphore's",
+        ));
 
     // Invalid JSON in a semaphore .lock: clear error, key untouched.
     let put = PutOptions {
