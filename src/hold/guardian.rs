@@ -658,7 +658,13 @@ fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say
     let mut surviving = false;
     let mut next_renew = started + SURVIVOR_NOTICE;
     loop {
-        if super::procfs::group(p) == super::procfs::Liveness::Gone {
+        let state = super::procfs::group(p);
+        if state != super::procfs::Liveness::Gone {
+            // Again on every look: a process that stepped out of the group at the first
+            // SIGKILL and back in since must not survive it.
+            unsafe { libc::kill(-p, libc::SIGKILL) };
+        }
+        if state == super::procfs::Liveness::Gone {
             if surviving {
                 out.say(format!(
                     "the surviving processes of group {p} are gone; releasing"

@@ -125,20 +125,27 @@ fn parse_stat(text: &[u8]) -> Option<Stat> {
 /// Whether process `pid`, whose stat read `st`, is dead: a zombie (or being reaped) with
 /// no thread left. A `Z` whose thread count cannot be read is not proven dead.
 fn dead(pid: i32, st: &Stat) -> bool {
-    matches!(st.state, b'Z' | b'X') && threads(pid).is_some_and(|n| n <= 1)
-}
-
-/// The `Threads:` count of /proc/<pid>/status: the thread-group leader counts until it
-/// is reaped, so a true zombie shows 1 (0 while it is being reaped).
-fn threads(pid: i32) -> Option<u32> {
+    if !matches!(st.state, b'Z' | b'X') {
+        return false;
+    }
     #[cfg(test)]
     if let Some(n) = tests::threads_override(pid) {
-        return Some(n);
+        return n <= 1;
     }
-    let text = read_proc(&format!("/proc/{pid}/status"))?;
-    threads_in(&text)
+    // State and thread count from one read: a thread's exec between two reads shows the
+    // old leader's Z beside the new image's single thread.
+    let Some(status) = read_proc(&format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let state = String::from_utf8_lossy(&status)
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .and_then(|s| s.trim().bytes().next());
+    matches!(state, Some(b'Z' | b'X')) && threads_in(&status).is_some_and(|n| n <= 1)
 }
 
+/// The `Threads:` count of a /proc/<pid>/status: the thread-group leader counts until it
+/// is reaped, so a true zombie shows 1 (0 while it is being reaped).
 fn threads_in(status: &[u8]) -> Option<u32> {
     String::from_utf8_lossy(status)
         .lines()
@@ -980,6 +987,10 @@ mod tests {
         }
         drop(stack);
         pid
+    }
+
+    fn threads(pid: i32) -> Option<u32> {
+        threads_in(&read_proc(&format!("/proc/{pid}/status"))?)
     }
 
     /// A process whose main thread ended but whose other thread runs showed `Z` and was

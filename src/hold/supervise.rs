@@ -396,15 +396,10 @@ impl Child {
     /// Live descendants that left the group and were re-parented to conlock; None:
     /// cannot tell (/proc cannot be read, or is another namespace's).
     fn escapees(&self) -> Option<Vec<Proc>> {
-        // Once the group's ID is free, a process of the command that gets it as its PID
-        // and leads a group of that ID (`setsid`) is no member of the command's group:
-        // every adopted child counts then.
-        let pgid = if self.group_gone.load(Ordering::SeqCst) {
-            i32::MIN
-        } else {
-            self.pid.as_raw()
-        };
-        procfs::adopted_children(&self.prior, pgid)
+        // Every live child of conlock's that was not there before the command counts, in
+        // the group or not: a group member /proc hides (hidepid) makes no group alive,
+        // and one that moves in and out of the group slips between two checks.
+        procfs::adopted_children(&self.prior, i32::MIN)
     }
 
     /// True while the group or an escaped descendant is alive. Tells the guardian what
@@ -770,6 +765,11 @@ pub fn supervise(
                 match leftover_rounds.as_mut() {
                     Some(r) => {
                         *r += 1;
+                        if killed {
+                            // The group too, every round: a process that left it at the
+                            // first SIGKILL and came back since must not survive.
+                            child.signal_group(Signal::SIGKILL);
+                        }
                         let sig = if killed {
                             Signal::SIGKILL
                         } else {

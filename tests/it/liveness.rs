@@ -301,3 +301,152 @@ fn a_loss_while_leftovers_are_stopped_is_acted_on() {
     assert_eq!(status.code(), Some(124), "stderr: {err}");
     assert!(err.contains("lock lost"), "no loss message: {err}");
 }
+
+/// Ends its main thread while a second thread execs the program again, over and over, so
+/// that a read of its stat shows the old leader's `Z` and a separate read of its status
+/// may show the new image's single thread. Ignores TERM; `H flip <ns>` every 50 ms until
+/// `argv[2]` (seconds since the epoch).
+const FLIP_C: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+static char **args;
+static void *again(void *p) { (void)p; usleep(1000); execv(args[0], args); _exit(99); }
+int main(int argc, char **argv) {
+    struct timespec ts;
+    if (argc != 4) return 2;
+    args = argv;
+    signal(SIGTERM, SIG_IGN);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ts.tv_sec > atol(argv[2])) return 0;
+    long long now_ms = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+    if (now_ms - atoll(argv[3]) >= 50) {
+        FILE *f = fopen(argv[1], "a");
+        if (f) { fprintf(f, "H flip %lld%09ld\n", (long long)ts.tv_sec, ts.tv_nsec); fclose(f); }
+        static char buf[32];
+        snprintf(buf, sizeof buf, "%lld", now_ms);
+        argv[3] = buf;
+    }
+    usleep(1000);
+    pthread_t th;
+    pthread_create(&th, NULL, again, NULL);
+    syscall(SYS_exit, 0);
+    return 4;
+}
+"#;
+
+/// Keeps an unreaped zombie in its process group, so the group stays joinable, and moves
+/// itself out of the group and back in a tight loop. Ignores TERM; `H toggle <ns>` every
+/// 50 ms until `argv[2]`.
+const TOGGLE_C: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec ts;
+    long long last = 0;
+    if (argc != 3) return 2;
+    signal(SIGTERM, SIG_IGN);
+    pid_t g = getpgrp();
+    if (fork() == 0) _exit(0);
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        if (ts.tv_sec > atol(argv[2])) return 0;
+        setpgid(0, 0);
+        setpgid(0, g);
+        long long ms = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+        if (ms - last >= 50) {
+            last = ms;
+            FILE *f = fopen(argv[1], "a");
+            if (f) { fprintf(f, "H toggle %lld%09ld\n", (long long)ts.tv_sec, ts.tv_nsec); fclose(f); }
+        }
+    }
+}
+"#;
+
+/// Holder A starts `prog` in the background and exits; `prog` ignores TERM, so it lives
+/// until A's SIGKILL after `--kill-grace`. Holder B waits for the same key: no line of
+/// `prog` may come after B started.
+fn a_survivor_outlives_nothing(tag: &str, source: &str, args: &str) {
+    let server = start_server();
+    let dir = scratch(tag);
+    let log = dir.join("log");
+    let src = dir.join(format!("{tag}.c"));
+    let bin = dir.join(tag);
+    std::fs::write(&src, source).unwrap();
+    let cc = Command::new("cc")
+        .args(["-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("these tests need a C compiler (cc)");
+    assert!(cc.success(), "cc failed: {cc}");
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 40;
+    let key = format!("survivor-{tag}");
+    let mut a = KillOnDrop(start_holder(
+        &server,
+        &key,
+        &["--kill-grace", "3s"],
+        &format!(
+            "{} {} {until} {args} & sleep 0.3; exit 0",
+            bin.display(),
+            log.display()
+        ),
+    ));
+    assert!(
+        wait_for(LONG, || read(&log).contains(&format!("H {tag}"))),
+        "{tag} never ran"
+    );
+    let mut b = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", &key, "--", "sh", "-c"])
+            .arg(logged_job(&log, "true"))
+            .spawn()
+            .unwrap(),
+    );
+    let a_status = wait_exit(&mut a.0, LONG);
+    assert!(wait_exit(&mut b.0, LONG).success());
+    let text = read(&log);
+    let stamp = |l: &str| -> u128 { l.split_whitespace().nth(2).unwrap().parse().unwrap() };
+    let b_start = text
+        .lines()
+        .find(|l| l.starts_with("S "))
+        .map(stamp)
+        .unwrap_or_else(|| panic!("holder B never ran:\n{text}"));
+    let late = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("H {tag} ")) && stamp(l) >= b_start)
+        .count();
+    assert_eq!(
+        late, 0,
+        "{tag} wrote {late} lines after the next holder started (holder A: {a_status})"
+    );
+}
+
+/// State and thread count were read from two files: a thread's exec in between showed the
+/// old leader's `Z` with the new image's one thread, so the process counted as dead and
+/// conlock released 0.1 s into a 3 s grace while it ran on (review of procfs, F2).
+#[test]
+fn a_process_that_execs_from_a_thread_is_not_taken_for_dead() {
+    a_survivor_outlives_nothing("flip", FLIP_C, "0");
+}
+
+/// A process that steps out of the command's group and back in, beside a zombie that
+/// keeps the group joinable, slipped between the group check (out: only the zombie, so
+/// gone) and the escapee check (in: a group member, so not an escapee) (review of procfs,
+/// F3). Every live child of conlock counts now.
+#[test]
+fn a_process_that_toggles_its_group_is_not_taken_for_gone() {
+    a_survivor_outlives_nothing("toggle", TOGGLE_C, "");
+}
