@@ -785,8 +785,15 @@ pub fn supervise(
                             // The command ended on its own and left background processes:
                             // said at the default level, since flock and `consul lock`
                             // leave them running.
-                            let n = super::procfs::live_members(child.pid.as_raw())
-                                .map(|n| n + escaped.as_ref().map_or(0, Vec::len))
+                            // Escapees include conlock's children still in the group.
+                            let pgid = child.pid.as_raw();
+                            let outside = escaped.as_ref().map_or(0, |e| {
+                                e.iter()
+                                    .filter(|p| unsafe { libc::getpgid(p.pid) } != pgid)
+                                    .count()
+                            });
+                            let n = super::procfs::live_members(pgid)
+                                .map(|n| n + outside)
                                 .filter(|&n| n > 0);
                             let what = match n {
                                 Some(1) => "1 process running; stopping it".to_string(),
