@@ -31,6 +31,8 @@ CARGO_RELEASE := $(if $(filter %-musl,$(RELEASE_TARGET)),$(call MUSL_CC,$(RELEAS
 	$(CARGO) build --release $(if $(RELEASE_TARGET),--target $(RELEASE_TARGET))
 RELEASE_KIND := $(if $(filter %-musl,$(RELEASE_TARGET)),static musl,glibc)
 BIN := $(RELEASE_BIN)
+# Where `make test` collects the tests that skipped at run time (harness::skip).
+SKIP_LOG := $(abspath $(TARGET_DIR))/test-skips.log
 SOURCES := Cargo.toml Cargo.lock build.rs $(shell find src -name '*.rs')
 
 # Install locations, GNU style: `make install PREFIX=/usr DESTDIR=/tmp/stage`.
@@ -55,7 +57,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := $(TARGET_DIR)/debian/conlock_$(VERSION)-1_$(DEB_ARCH).deb
 
-.PHONY: all build release demo test test-release fmt-check lint musl-check unit completions completions-check \
+.PHONY: all build release demo test test-release test-real fmt-check lint musl-check unit completions completions-check \
 	selfcontained-check layers-check install uninstall install-check deb deb-check units-check \
 	bench bench-run soak clean
 
@@ -85,11 +87,17 @@ demo: build
 
 ## Every check CI runs: formatting, lints, the musl build, completions/man drift, unit and
 ## integration tests (also against the release build), install layout, the Debian
-## package's contents and the systemd units. The full test run comes last so that its
-## summary closes the output.
+## package's contents and the systemd units. The full test run comes last, then the list
+## of the tests that did not run, with why (scripts/test-summary.py): those that skipped
+## at run time (root-only tests as another user; each adds a line to SKIP_LOG) and the
+## #[ignore]d ones. With CI=true (CI runs as root) a run-time skip fails the run.
 test: fmt-check lint layers-check completions-check selfcontained-check musl-check
-	$(MAKE) --no-print-directory units-check install-check deb-check test-release
-	$(CARGO) test --all-targets
+	@mkdir -p $(TARGET_DIR) && : > $(SKIP_LOG)
+	CONLOCK_SKIP_LOG=$(SKIP_LOG) $(MAKE) --no-print-directory units-check install-check \
+		deb-check test-release
+	CONLOCK_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --all-targets; status=$$?; \
+		CARGO='$(CARGO)' python3 scripts/test-summary.py $(SKIP_LOG) || status=1; \
+		exit $$status
 
 ## The integration tests that run the binary, against the release build that `make install`
 ## and `make deb` ship (with panic=abort, and where it is the static musl build, another libc
@@ -99,6 +107,21 @@ test-release: $(RELEASE_BIN)
 	@echo "test-release: the binary-facing tests against $(RELEASE_BIN) ($(RELEASE_KIND))"
 	CONLOCK_TEST_BIN=$(abspath $(RELEASE_BIN)) $(CARGO) test --test it -- \
 		--skip client:: --skip devserver:: --skip devserver_faults:: --skip prop:: --skip schema::
+
+## The tests against a real Consul agent (not in `make test`: CI has no consul binary):
+## `make test-real CONSUL_BIN=/path/to/consul` (scripts/build-consul.sh builds one from a
+## source tree). The tests start their own agents on loopback, with explicit ports, and
+## use the same binary's `consul lock`.
+test-real:
+	@bin=$$(command -v -- '$(CONSUL_BIN)' 2>/dev/null || true); \
+	if [ -z '$(CONSUL_BIN)' ]; then \
+		echo "test-real: no Consul agent given: make test-real CONSUL_BIN=/path/to/consul"; exit 2; \
+	elif [ -z "$$bin" ] || [ ! -f "$$bin" ] || [ ! -x "$$bin" ]; then \
+		echo "test-real: CONSUL_BIN=$(CONSUL_BIN) is not an executable file"; exit 2; \
+	fi; \
+	case "$$bin" in /*) ;; *) bin="$$PWD/$$bin" ;; esac; \
+	echo "test-real: $$("$$bin" version | head -n1) ($$bin)"; \
+	CONLOCK_REAL_CONSUL="$$bin" $(CARGO) test --test it -- --ignored real:: real_cluster::
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -7,8 +7,14 @@ it reports jobs run, the maximum observed concurrency per key and per semaphore,
 job processes, and sessions and keys left after cleanup. Exit 1 if any invariant broke.
 
 Concurrency is computed from the jobs' own start/end timestamps. A job killed with its
-conlock writes no end line; its end is the last moment the soak saw its process alive
-(polled every 2 ms), which can only hide an overlap shorter than that, never invent one.
+conlock writes no end line; its end is the last moment the soak saw one of the job's own
+processes alive (polled every 2 ms), which can only hide an overlap shorter than that,
+never invent one. The job's own processes are those of its `bash -c BODY MARK:id` (and
+its forks): conlock and its guardian carry the job's argv too (the guardian is forked,
+not exec'd), and their last milliseconds after a release are not the job's. The report
+gives the host's load (1-minute average, at the start, the end and the highest sampled),
+since the deadline assumes conlock and its guardian get the CPU within the margin
+(docs/safety.md).
 """
 import argparse
 import json
@@ -33,6 +39,16 @@ def call(addr, method, path):
     return json.loads(data) if data else None
 
 
+def job_id(cmdline):
+    """The job id of a process, if it is one of a job's own: `bash -c BODY MARK:id` (or a
+    fork of it), with the mark as $0. conlock and its guardian have the mark further on
+    in their argv (after `--`), and are not the job's."""
+    args = cmdline.split(b"\0")
+    if len(args) >= 4 and args[1] == b"-c" and args[3].startswith(MARK.encode() + b":"):
+        return args[3].decode().split(":", 1)[1]
+    return None
+
+
 def job_ids():
     """The unique ids of the job processes alive now (ids, not pids: pids get reused
     over thousands of processes)."""
@@ -41,11 +57,11 @@ def job_ids():
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
-                    for arg in f.read().split(b"\0"):
-                        if arg.startswith(MARK.encode() + b":"):
-                            out.append(arg.decode().split(":", 1)[1])
+                    jid = job_id(f.read())
             except OSError:
-                pass
+                continue
+            if jid is not None:
+                out.append(jid)
     return out
 
 
@@ -101,6 +117,12 @@ def main():
             with procs_lock:
                 running.remove(p)
 
+    load = {"start": os.getloadavg()[0], "max": os.getloadavg()[0]}
+
+    def load_sampler():
+        while not stop.wait(1.0):
+            load["max"] = max(load["max"], os.getloadavg()[0])
+
     def poller():
         while not stop.is_set() or job_ids():
             t = time.time()
@@ -127,7 +149,7 @@ def main():
                     pass
 
     threads = [threading.Thread(target=contender, args=t) for t in targets for _ in range(a.contenders)]
-    threads += [threading.Thread(target=chaos), threading.Thread(target=poller)]
+    threads += [threading.Thread(target=chaos), threading.Thread(target=poller), threading.Thread(target=load_sampler)]
     for t in threads:
         t.start()
     print(f"soak: {len(targets)} targets x {a.contenders} contenders for {a.seconds:.0f}s (seed {a.seed})", file=sys.stderr)
@@ -161,6 +183,8 @@ def main():
         "jobs_run": len(starts),
         "conlock_sigkills": started["sigkills"],
         "session_destroys": started["session_destroys"],
+        "cpus": os.cpu_count(),
+        "loadavg_1m": {"start": load["start"], "end": os.getloadavg()[0], "max": load["max"]},
         "per_target": {},
     }
     ok = True

@@ -71,12 +71,24 @@ pub fn run(cli: Cli) -> Result<i32> {
                 session_ttl_min: a.session_ttl_min,
                 acl_token: a.acl_token,
                 node_name: a.node_name,
+            })
+            .map_err(|e| match e.downcast::<ui::StdoutError>() {
+                Ok(e) => Error::Stdout(e),
+                Err(e) => Error::Other(e),
             })?;
             Ok(0)
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "conlock", &mut std::io::stdout());
+            // Into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "conlock", &mut script);
+            if shell == clap_complete::Shell::Bash {
+                // clap's bash script knows nothing after `--` (zsh's and fish's use the
+                // value hint): complete the command there, as for sudo and timeout.
+                script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+            }
+            ui::out(script)?;
             Ok(0)
         }
         Command::Man { subcommand } => {
@@ -91,13 +103,43 @@ pub fn run(cli: Cli) -> Result<i32> {
                     // The synopsis shows how it is typed.
                     .bin_name(format!("conlock {name}")),
             };
+            let mut roff = Vec::new();
             clap_mangen::Man::new(page)
-                .render(&mut std::io::stdout())
+                .render(&mut roff)
                 .map_err(|e| Error::Other(e.into()))?;
+            ui::out(roff)?;
             Ok(0)
         }
     }
 }
+
+/// Appended to clap's bash completion: after `--` (run, sem, watch), a command line.
+/// bash-completion's `_command_offset` completes it as `sudo` does; without it, command
+/// names, then file names.
+const BASH_COMMAND_AFTER_DASHES: &str = r#"
+_conlock_command() {
+    local i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        if [[ ${COMP_WORDS[i]} == -- ]]; then
+            if declare -F _command_offset >/dev/null; then
+                _command_offset $((i + 1))
+            elif ((COMP_CWORD == i + 1)); then
+                COMPREPLY=($(compgen -c -- "${COMP_WORDS[COMP_CWORD]}" | sort -u))
+            else
+                COMPREPLY=($(compgen -f -- "${COMP_WORDS[COMP_CWORD]}"))
+            fi
+            return 0
+        fi
+    done
+    _conlock "$@"
+}
+
+if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then
+    complete -F _conlock_command -o nosort -o bashdefault -o default conlock
+else
+    complete -F _conlock_command -o bashdefault -o default conlock
+fi
+"#;
 
 fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     let key = match (&args.key, &args.prefix) {
@@ -253,6 +295,7 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             },
             min_hold: hold.min_hold.filter(|d| !d.is_zero()),
             max_time: hold.max_time,
+            unguarded: hold.unguarded,
         },
     })
 }

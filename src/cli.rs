@@ -18,6 +18,11 @@ Exit codes:
   126      the command is not executable
   127      the command was not found";
 
+/// Only for the subcommands that write to stdout (run's stdout is the command's).
+const CLOSED_STDOUT: &str =
+    "  141      stdout was closed before all was written (status, watch, break,
+           completions, man, --help into `| head -1`)";
+
 const ENVIRONMENT: &str = "\
 Environment (flags win over variables):
   CONSUL_HTTP_ADDR         agent address (--http-addr)
@@ -33,6 +38,20 @@ Examples:
   conlock sem --limit 2 --prefix db -- ./worker    # at most 2 at once
   conlock status --prefix service/x                # who holds it
   conlock dev-server                               # a local Consul-compatible server for trying it";
+
+const LEFTOVERS: &str = "When the command exits, processes it left running in the background \
+(in its process group, or escaped with setsid) are stopped (--kill-signal, --kill-grace, \
+SIGKILL) before the claim is released, and conlock says so; flock and consul lock leave \
+them running.";
+
+const COMMAND_ENV: &str = "\
+The command gets (besides conlock's own environment):
+  CONSUL_LOCK_HELD=true     as `consul lock` sets it
+  CONLOCK_KEY               the lock key (sem: this holder's contender key)
+  CONLOCK_SESSION           the Consul session holding it
+  CONLOCK_MODIFY_INDEX      the fencing token: grows strictly from holder to holder
+  CONLOCK_LOCK_INDEX        Consul's LockIndex (not a safe fencing token)
+  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -52,7 +71,7 @@ Examples:
     about = "Run a command while holding a Consul lock or semaphore slot",
     long_about = "Run a command while holding a Consul lock (leader election) or one of N semaphore \
 slots. Wire-compatible with `consul lock`: both exclude each other on the same prefix.",
-    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"),
+    after_help = format!("{TOP_EXAMPLES}\n\n{EXIT_CODES}\n{CLOSED_STDOUT}\n\n{ENVIRONMENT}"),
     propagate_version = true
 )]
 pub struct Cli {
@@ -69,15 +88,21 @@ pub struct Cli {
 #[command(defer = true)]
 pub enum Command {
     /// Run a command while holding a lock (one holder at a time)
-    #[command(after_help = format!("{RUN_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
+    #[command(
+        long_about = format!("Run a command while holding a lock (one holder at a time).\n\n{LEFTOVERS}"),
+        after_help = format!("{RUN_EXAMPLES}\n\n{COMMAND_ENV}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+    )]
     Run(RunArgs),
     /// Run a command while holding one of N semaphore slots
-    #[command(after_help = format!("{SEM_EXAMPLES}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}"))]
+    #[command(
+        long_about = format!("Run a command while holding one of N semaphore slots.\n\n{LEFTOVERS}"),
+        after_help = format!("{SEM_EXAMPLES}\n\n{COMMAND_ENV}\n\n{EXIT_CODES}\n\n{ENVIRONMENT}")
+    )]
     Sem(SemArgs),
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
-Exit codes:\n  0    held\n  1    free\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n\n\
+Exit codes:\n  0    held\n  1    free (also right after a `break` or a loss: the holder that lost the lock\n       deletes its key on the way out, and Consul does not show the lock-delay that\n       may still run; `run --timeout 0s` is the authoritative test)\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
 JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphore\"; both\nhave state, held and holders)."
     )]
     Status(StatusArgs),
@@ -89,7 +114,7 @@ JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphor
     /// Force-release a stuck lock or semaphore slot by destroying the holder's session
     #[command(
         after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes\n\n\
-Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied"
+Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied\n  141  stdout was closed (the sessions were destroyed all the same)"
     )]
     Break(BreakArgs),
     /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)
@@ -102,6 +127,7 @@ Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirma
     /// Print the man page (roff) of conlock or of one subcommand
     Man {
         /// A subcommand, for its own page (conlock-run.1, …)
+        #[arg(value_parser = ["run", "sem", "status", "watch", "break", "dev-server"])]
         subcommand: Option<String>,
     },
 }
@@ -184,7 +210,7 @@ pub struct OutputArgs {
     /// Timestamped progress lines on stderr
     #[arg(short, long, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
-    /// Only errors on stderr
+    /// No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }
@@ -203,12 +229,12 @@ pub struct HoldArgs {
     #[arg(long, value_name = "NAME")]
     pub session_name: Option<String>,
     /// Session TTL, 10s to 24h; renewed every TTL/2
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
     /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
     /// --kill-grace by a margin: see docs/safety.md
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]
     #[arg(long = "check", value_name = "ID", conflicts_with = "no_checks")]
@@ -216,8 +242,8 @@ pub struct HoldArgs {
     /// Tie the session to its TTL only, no health checks
     #[arg(long)]
     pub no_checks: bool,
-    /// Give up waiting after this long (0s: try once) and exit 75
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)
     #[arg(long, value_name = "N", default_value_t = 75)]
@@ -235,25 +261,29 @@ pub struct HoldArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "TERM")]
     pub kill_signal: String,
     /// Time between that signal and SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub kill_grace: Duration,
     /// Failed reads of the key in a row before the lock counts as lost
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub monitor_retry: u32,
     /// Pause between those reads
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub monitor_retry_time: Duration,
     /// Keep the lock at least this long after the command started, even if it ends sooner
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub min_hold: Option<Duration>,
     /// Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub max_time: Option<Duration>,
+    /// Run the command even if the guardian process cannot start (then nothing stops the
+    /// command if conlock is killed or stopped; see docs/safety.md)
+    #[arg(long)]
+    pub unguarded: bool,
     /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
     #[arg(long, value_name = "FILE|-|fd:N")]
     pub events: Option<String>,
     /// The command and its arguments
-    #[arg(last = true, value_name = "CMD", required = true, num_args = 1..)]
+    #[arg(last = true, value_name = "CMD", required = true, num_args = 1.., value_hint = clap::ValueHint::CommandWithArguments)]
     pub command: Vec<OsString>,
 }
 
@@ -315,39 +345,42 @@ pub enum Kind {
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// Machine-readable output (schema in docs/status.schema.json)
     #[arg(long)]
     pub json: bool,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// One JSON object per line
     #[arg(long)]
     pub json: bool,
     /// Command run on each change, with CONLOCK_* variables describing it
-    #[arg(last = true, value_name = "HANDLER")]
+    #[arg(last = true, value_name = "HANDLER", value_hint = clap::ValueHint::CommandWithArguments)]
     pub handler: Vec<OsString>,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct BreakArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    #[command(flatten)]
-    pub conn: ConnArgs,
     /// Only this semaphore holder's session
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
     /// Do not ask for confirmation (required on a non-terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
+    // Last: its heading applies to every option after it.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -356,7 +389,7 @@ pub struct DevServerArgs {
     #[arg(long, default_value = "127.0.0.1:8500")]
     pub addr: std::net::SocketAddr,
     /// Lowest session TTL accepted, like Consul's session_ttl_min
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub session_ttl_min: Duration,
     /// Require this ACL token on every request
     #[arg(long, value_name = "TOKEN")]

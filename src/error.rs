@@ -10,6 +10,9 @@ pub mod exit {
     pub const INTERNAL: i32 = 125;
     pub const NOT_EXECUTABLE: i32 = 126;
     pub const NOT_FOUND: i32 = 127;
+    /// stdout was closed before all was written (`| head -1`): what a shell shows for a
+    /// process that SIGPIPE killed (128 + 13), without the error line.
+    pub const CLOSED_STDOUT: i32 = 141;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +30,8 @@ pub enum Error {
     NotFound(String),
     #[error("{0}")]
     NotExecutable(String),
+    #[error(transparent)]
+    Stdout(#[from] crate::ui::StdoutError),
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
 }
@@ -36,8 +41,16 @@ impl Error {
         match self {
             Error::NotFound(_) => exit::NOT_FOUND,
             Error::NotExecutable(_) => exit::NOT_EXECUTABLE,
+            Error::Stdout(e) if e.is_closed_pipe() => exit::CLOSED_STDOUT,
             _ => exit::INTERNAL,
         }
+    }
+}
+
+impl Error {
+    /// Whether conlock ends without an error line: the reader of stdout went away.
+    pub fn is_quiet(&self) -> bool {
+        matches!(self, Error::Stdout(e) if e.is_closed_pipe())
     }
 }
 

@@ -1,8 +1,8 @@
 //! Small re-implementations of the Go standard library behaviour that Consul's
 //! HTTP API leaks into its answers: `time.ParseDuration` / `Duration.String()`,
 //! `strconv` quoting and `ParseUint` errors, `net/url` query parsing and
-//! escaping, `path.Clean`, `http.DetectContentType`, and go-memdb's UUID
-//! index parsing.
+//! escaping, `path.Clean`, `http.DetectContentType`, go-memdb's UUID index
+//! parsing, `base64.StdEncoding` decoding, and float64 conversion and printing.
 
 const NS: u64 = 1;
 const US: u64 = 1_000;
@@ -643,9 +643,204 @@ pub fn detect_content_type(data: &[u8]) -> &'static str {
     "application/octet-stream"
 }
 
+/// Go's `uint64(f)` for a float64 on amd64 (what Consul's agent binaries run): an
+/// exact truncation below 2^64, and 2^63 at or above it (observed on Consul 1.0.8:
+/// Flags 1e30 is stored as 9223372036854775808).
+pub fn float64_to_uint64(f: f64) -> u64 {
+    const TWO63: f64 = 9_223_372_036_854_775_808.0;
+    // CVTTSD2SQ: out of range gives the "integer indefinite" i64::MIN.
+    let cvtt = |x: f64| {
+        if x.is_nan() || !(-TWO63..TWO63).contains(&x) {
+            i64::MIN
+        } else {
+            x as i64
+        }
+    };
+    if f < TWO63 {
+        cvtt(f) as u64
+    } else {
+        (cvtt(f - TWO63) as u64) | (1 << 63)
+    }
+}
+
+/// `fmt.Sprint(f)` (`%v`) of a float64: the shortest digits, with an exponent
+/// when it is below -4 or at least 6 (`1e+06`, `123456.5`, `1e-05`).
+pub fn format_float_v(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".to_string();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf" } else { "-Inf" }.to_string();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    let e = format!("{f:e}");
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", exp.abs())
+    } else {
+        format!("{f}")
+    }
+}
+
+/// Go's `base64.StdEncoding.DecodeString`: padding required, `\r` and `\n`
+/// skipped, unused trailing bits ignored, and Go's `CorruptInputError` text.
+pub fn base64_std_decode(src: &str) -> Result<Vec<u8>, String> {
+    let src = src.as_bytes();
+    let err = |at: usize| Err(format!("illegal base64 data at input byte {at}"));
+    let sextet = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let newline = |c: u8| c == b'\n' || c == b'\r';
+    let mut out = Vec::with_capacity(src.len() / 4 * 3);
+    let mut si = 0;
+    loop {
+        // One quantum (Go's decodeQuantum).
+        let mut dbuf = [0u8; 4];
+        let mut dlen = 4;
+        let mut j = 0;
+        let mut trailing = None;
+        while j < 4 {
+            if si == src.len() {
+                if j == 0 {
+                    return Ok(out);
+                }
+                return err(si - j);
+            }
+            let c = src[si];
+            si += 1;
+            if let Some(v) = sextet(c) {
+                dbuf[j] = v;
+                j += 1;
+                continue;
+            }
+            if newline(c) {
+                continue;
+            }
+            if c != b'=' || j < 2 {
+                return err(si - 1);
+            }
+            if j == 2 {
+                // "==" expected; the first is consumed.
+                while si < src.len() && newline(src[si]) {
+                    si += 1;
+                }
+                if si == src.len() {
+                    return err(src.len());
+                }
+                if src[si] != b'=' {
+                    return err(si - 1);
+                }
+                si += 1;
+            }
+            while si < src.len() && newline(src[si]) {
+                si += 1;
+            }
+            if si < src.len() {
+                trailing = Some(si);
+            }
+            dlen = j;
+            break;
+        }
+        let val = u32::from(dbuf[0]) << 18
+            | u32::from(dbuf[1]) << 12
+            | u32::from(dbuf[2]) << 6
+            | u32::from(dbuf[3]);
+        out.extend_from_slice(&[(val >> 16) as u8, (val >> 8) as u8, val as u8][..dlen - 1]);
+        if let Some(at) = trailing {
+            return err(at);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float64_to_uint64_like_go_on_amd64() {
+        assert_eq!(float64_to_uint64(1.9), 1);
+        assert_eq!(float64_to_uint64(-0.0), 0);
+        assert_eq!(
+            float64_to_uint64(3_304_740_253_564_472_344u64 as f64),
+            3_304_740_253_564_472_320
+        );
+        assert_eq!(
+            float64_to_uint64(16_210_313_421_097_356_768u64 as f64),
+            16_210_313_421_097_357_312
+        );
+        assert_eq!(float64_to_uint64(u64::MAX as f64), 1 << 63);
+        assert_eq!(float64_to_uint64(1e30), 1 << 63);
+    }
+
+    #[test]
+    fn floats_print_like_fmt_v() {
+        let cases = [
+            (1.0, "1"),
+            (2.5, "2.5"),
+            (123456.0, "123456"),
+            (123456.5, "123456.5"),
+            (1e6, "1e+06"),
+            (1e21, "1e+21"),
+            (1e100, "1e+100"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5e-7, "-2.5e-07"),
+            (12345678901234567890.0, "1.2345678901234567e+19"),
+            (-0.0, "-0"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(format_float_v(f), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn base64_decodes_like_go() {
+        // Observed on Consul 1.0.8 (a txn op's Value).
+        let ok = [
+            ("eA==", "x"),
+            ("eB==", "x"),
+            ("eA\r\n==", "x"),
+            ("eA=\n=", "x"),
+            ("eA==\n", "x"),
+            ("Zm9vYmFy", "foobar"),
+            ("", ""),
+        ];
+        for (s, want) in ok {
+            assert_eq!(base64_std_decode(s), Ok(want.as_bytes().to_vec()), "{s:?}");
+        }
+        let bad = [
+            ("eA", 0),
+            ("eA=", 3),
+            ("e", 0),
+            ("eA==x", 4),
+            ("  eA==", 0),
+            ("Zm9v YmFy", 4),
+            ("Zm9vYmFy=", 8),
+            ("Zm9vYmE", 4),
+            ("Zm9vY", 4),
+            ("=", 0),
+            ("==", 0),
+            ("Zg=a", 2),
+            ("Zm9=v", 4),
+            ("%%%", 0),
+        ];
+        for (s, at) in bad {
+            assert_eq!(
+                base64_std_decode(s),
+                Err(format!("illegal base64 data at input byte {at}")),
+                "{s:?}"
+            );
+        }
+    }
 
     #[test]
     fn durations_parse_like_go() {

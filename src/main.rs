@@ -70,28 +70,74 @@ fn run(args: Vec<OsString>) -> ! {
         // Before anything starts a thread: see guardian.rs.
         conlock::hold::guardian::prefork();
     }
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let cli = match conlock::cli::Cli::try_parse_from(args) {
         Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // A bare `conlock`: the help, on stderr, as for any usage error.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(e.render().to_string().as_bytes());
+            std::process::exit(exit::INTERNAL);
+        }
         Err(e) if e.use_stderr() => {
-            conlock::ui::error(usage_error_line(&e.render().to_string()));
+            use clap::error::{ContextKind, ContextValue, ErrorKind};
+            let sub = subcommand(&words);
+            let fix = match (e.kind(), e.get(ContextKind::InvalidArg)) {
+                (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) => {
+                    fix_for_stray(&words, a)
+                }
+                (ErrorKind::MissingRequiredArgument, Some(ContextValue::Strings(v)))
+                    if v.iter().any(|a| a.starts_with("<CMD>")) =>
+                {
+                    let mut line: Vec<String> = words[1..]
+                        .iter()
+                        .map(|w| conlock::ui::shell_quote(w))
+                        .collect();
+                    if line.last().map(String::as_str) != Some("--") {
+                        line.push("--".into());
+                    }
+                    Some(format!(
+                        "give the command after `--`: conlock {} CMD…",
+                        line.join(" ")
+                    ))
+                }
+                _ => None,
+            };
+            conlock::ui::error(usage_error_line(
+                &e.render().to_string(),
+                fix.as_deref(),
+                sub,
+            ));
             std::process::exit(exit::INTERNAL);
         }
         Err(e) => {
-            // --help and --version.
-            let _ = e.print();
-            std::process::exit(0);
+            // --help and --version (clap's `print` would hide a failed write).
+            let code = match conlock::ui::out(e.render().to_string()) {
+                Ok(()) => 0,
+                Err(e) => report(&conlock::error::Error::Stdout(e)),
+            };
+            std::process::exit(code);
         }
     };
     let code = match conlock::app::run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            conlock::ui::error(&e);
-            e.exit_code()
-        }
+        Err(e) => report(&e),
     };
     conlock::events::flush();
     conlock::ui::flush();
     std::process::exit(code);
+}
+
+/// Prints the error line (none when stdout's reader went away) and returns the exit code.
+#[cfg_attr(test, allow(dead_code))]
+fn report(e: &conlock::error::Error) -> i32 {
+    if !e.is_quiet() {
+        conlock::ui::error(e);
+    }
+    e.exit_code()
 }
 
 /// Whether the arguments may name `run` or `sem` (those start a guardian). A false
@@ -101,8 +147,82 @@ fn holds_a_claim(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
         .any(|a| a == "run" || a == "sem")
 }
 
-/// clap's message without its usage block, folded onto one line.
-fn usage_error_line(rendered: &str) -> String {
+/// The subcommands, as typed.
+const SUBCOMMANDS: [&str; 8] = [
+    "run",
+    "sem",
+    "status",
+    "watch",
+    "break",
+    "dev-server",
+    "completions",
+    "man",
+];
+
+/// The subcommand the arguments name (the first such word before `--`).
+fn subcommand(words: &[String]) -> Option<&'static str> {
+    words
+        .iter()
+        .skip(1)
+        .take_while(|w| *w != "--")
+        .find_map(|w| SUBCOMMANDS.iter().find(|s| *s == w).copied())
+}
+
+/// For a word clap did not expect (not an option): the command line that was probably
+/// meant. `consul lock PREFIX CMD` habits give `--prefix PREFIX -- CMD`; a command
+/// without `--` gets the `--`.
+fn fix_for_stray(words: &[String], stray: &str) -> Option<String> {
+    if stray.starts_with('-') {
+        // A mistyped option.
+        return None;
+    }
+    let sub = subcommand(words)?;
+    let at = words.iter().position(|w| w == "--").unwrap_or(words.len());
+    let i = words[..at].iter().position(|w| w == stray)?;
+    let (before, after) = (&words[1..i], &words[i + 1..]);
+    let names_target = before.iter().any(|w| {
+        ["--key", "--prefix"]
+            .iter()
+            .any(|o| w == o || w.starts_with(&format!("{o}=")))
+    });
+    let mut line: Vec<&str> = vec!["conlock"];
+    line.extend(before.iter().map(String::as_str));
+    let (fixed, why) = match sub {
+        "run" | "sem" if !names_target => {
+            line.extend(["--prefix", stray, "--"]);
+            let rest = after.strip_prefix(&["--".to_string()]).unwrap_or(after);
+            line.extend(rest.iter().map(String::as_str));
+            let why = if sub == "run" {
+                "`consul lock PREFIX CMD` is `conlock run --prefix PREFIX -- CMD`"
+            } else {
+                "`consul lock -n N PREFIX CMD` is `conlock sem --limit N --prefix PREFIX -- CMD`"
+            };
+            (line, why)
+        }
+        "run" | "sem" => {
+            line.extend(["--", stray]);
+            line.extend(after.iter().map(String::as_str));
+            (line, "the command goes after `--`")
+        }
+        "watch" if names_target => {
+            line.extend(["--", stray]);
+            line.extend(after.iter().map(String::as_str));
+            (line, "the handler goes after `--`")
+        }
+        "status" | "watch" | "break" if !names_target => {
+            line.extend(["--prefix", stray]);
+            line.extend(after.iter().map(String::as_str));
+            (line, "name the lock with --key KEY or --prefix PREFIX")
+        }
+        _ => return None,
+    };
+    let shown: Vec<String> = fixed.iter().map(|w| conlock::ui::shell_quote(w)).collect();
+    Some(format!("{why}: {}", shown.join(" ")))
+}
+
+/// clap's message without its usage block, folded onto one line, with `fix` (what was
+/// probably meant) and a pointer to the help of `sub`.
+fn usage_error_line(rendered: &str, fix: Option<&str>, sub: Option<&str>) -> String {
     let message = rendered.split("\n\nUsage:").next().unwrap_or(rendered);
     let message = message
         .split("\n\nFor more information")
@@ -111,7 +231,8 @@ fn usage_error_line(rendered: &str) -> String {
     let message = message.trim().trim_start_matches("error:").trim();
     let mut folded = message.split_whitespace().collect::<Vec<_>>().join(" ");
     // clap's tip "to pass '-5' as a value, use '-- -5'" is wrong here: `--` starts the
-    // command, so the value would become part of it.
+    // command, so the value would become part of it. For a mistyped option (`--kye`)
+    // no value was meant.
     if let Some(at) = folded.find(" tip: to pass '") {
         let value = folded[at + 15..]
             .split('\'')
@@ -119,16 +240,60 @@ fn usage_error_line(rendered: &str) -> String {
             .unwrap_or("")
             .to_string();
         folded.truncate(at);
-        folded.push_str(&format!(
-            "; to give {value:?} as an option's value, attach it: --option={value}"
-        ));
+        if value.starts_with('-') && value[1..].starts_with(|c: char| c.is_ascii_digit()) {
+            folded.push_str(&format!(
+                "; to give {value:?} as an option's value, attach it: --option={value}"
+            ));
+        }
     }
-    format!("{folded} (see 'conlock --help')")
+    if let Some(fix) = fix {
+        folded.push_str(&format!("; {fix}"));
+    }
+    match sub {
+        Some(sub) => format!("{folded} (see 'conlock {sub} --help')"),
+        None => format!("{folded} (see 'conlock --help')"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::holds_a_claim;
+    use super::{fix_for_stray, holds_a_claim};
+
+    fn fix(line: &str, stray: &str) -> Option<String> {
+        let words: Vec<String> = line.split_whitespace().map(String::from).collect();
+        fix_for_stray(&words, stray)
+    }
+
+    #[test]
+    fn strays_get_the_line_that_was_meant() {
+        assert_eq!(
+            fix("conlock run --key k true", "true").unwrap(),
+            "the command goes after `--`: conlock run --key k -- true"
+        );
+        assert_eq!(
+            fix("conlock run service/x -- ./job 1", "service/x").unwrap(),
+            "`consul lock PREFIX CMD` is `conlock run --prefix PREFIX -- CMD`: conlock run --prefix service/x -- ./job 1"
+        );
+        assert_eq!(
+            fix("conlock -q sem -n 2 db ./w", "db").unwrap(),
+            "`consul lock -n N PREFIX CMD` is `conlock sem --limit N --prefix PREFIX -- CMD`: conlock -q sem -n 2 --prefix db -- ./w"
+        );
+        assert_eq!(
+            fix("conlock watch --key=k sh -c x", "sh").unwrap(),
+            "the handler goes after `--`: conlock watch --key=k -- sh -c x"
+        );
+        assert_eq!(
+            fix("conlock status svc", "svc").unwrap(),
+            "name the lock with --key KEY or --prefix PREFIX: conlock status --prefix svc"
+        );
+        assert_eq!(
+            fix("conlock run --key k it's", "it's").unwrap(),
+            "the command goes after `--`: conlock run --key k -- 'it'\\''s'"
+        );
+        assert_eq!(fix("conlock status --key k extra", "extra"), None);
+        assert_eq!(fix("conlock completions bash x", "x"), None);
+        assert_eq!(fix("conlock run --kye k -- true", "--kye"), None);
+    }
 
     fn args(s: &str) -> impl Iterator<Item = std::ffi::OsString> + '_ {
         s.split_whitespace().map(Into::into)

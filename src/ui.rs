@@ -1,4 +1,6 @@
-//! Messages on stderr: errors always, progress with -v, nothing extra with -q.
+//! Messages on stderr: errors, warnings, losses and kills always; progress with -v;
+//! retries and "busy" hidden by -q (as `flock -n` is silent when busy). And the
+//! one way to stdout (`out`), which reports a closed or full stdout instead of panicking.
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
@@ -10,9 +12,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
-    Quiet = 0,
-    Normal = 1,
-    Verbose = 2,
+    /// Errors only: for the guardian's release, which reports in its own words.
+    Silent = 0,
+    Quiet = 1,
+    Normal = 2,
+    Verbose = 3,
 }
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Normal as u8);
@@ -23,8 +27,9 @@ pub fn set_level(level: Level) {
 
 pub fn level() -> Level {
     match LEVEL.load(Ordering::Relaxed) {
-        0 => Level::Quiet,
-        1 => Level::Normal,
+        0 => Level::Silent,
+        1 => Level::Quiet,
+        2 => Level::Normal,
         _ => Level::Verbose,
     }
 }
@@ -211,6 +216,29 @@ fn write_waiting(fd: RawFd, mut bytes: &[u8], patience: Duration) {
     }
 }
 
+/// A write to stdout that failed: a closed pipe (the reader, such as `head`, stopped
+/// reading) or another error (a full disk).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to stdout: {0}")]
+pub struct StdoutError(#[source] pub std::io::Error);
+
+impl StdoutError {
+    /// The reader went away: Unix tools end quietly then.
+    pub fn is_closed_pipe(&self) -> bool {
+        self.0.kind() == std::io::ErrorKind::BrokenPipe
+    }
+}
+
+/// Writes `text` to stdout and flushes it. Every write to stdout goes through here:
+/// std's `print!` panics (and conlock aborts) when stdout is closed or full.
+pub fn out(text: impl AsRef<[u8]>) -> Result<(), StdoutError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_ref())
+        .and_then(|()| stdout.flush())
+        .map_err(StdoutError)
+}
+
 static WRITER: Mutex<Option<Arc<Queue>>> = Mutex::new(None);
 static DETACHED: AtomicBool = AtomicBool::new(false);
 
@@ -253,15 +281,24 @@ pub fn error(msg: impl std::fmt::Display) {
     emit(format!("{}conlock: error: {msg}\n", stamp()));
 }
 
-/// A warning; hidden by -q.
+/// A warning: something went wrong that the caller may have to act on; always shown.
 pub fn warn(msg: impl std::fmt::Display) {
-    if level() >= Level::Normal {
+    if level() >= Level::Quiet {
         clear_status();
         emit(format!("{}conlock: warning: {msg}\n", stamp()));
     }
 }
 
-/// A notable event (lock lost, retries); hidden by -q.
+/// What happened to the command: a loss, a kill (--max-time). Always shown: `-q` in a
+/// cron line must not hide why a job was stopped.
+pub fn alert(msg: impl std::fmt::Display) {
+    if level() >= Level::Quiet {
+        clear_status();
+        emit(format!("{}conlock: {msg}\n", stamp()));
+    }
+}
+
+/// A passing event (retries, busy); hidden by -q.
 pub fn notice(msg: impl std::fmt::Display) {
     if level() >= Level::Normal {
         clear_status();
@@ -303,6 +340,18 @@ pub fn status_line(msg: &str) {
 pub fn clear_status() {
     if STATUS_SHOWN.swap(0, Ordering::Relaxed) == 1 {
         emit("\r\x1b[2K".to_string());
+    }
+}
+
+/// `w` as a shell would need it typed, for command lines in messages.
+pub fn shell_quote(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
     }
 }
 

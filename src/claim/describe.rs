@@ -38,7 +38,30 @@ impl Holder {
     /// `host pid 12 (session "name")`, for one-line messages. A value that is not
     /// conlock's JSON stands in for the host, shortened.
     pub fn describe(&self) -> String {
-        let who = match (&self.value, self.value.get("host").and_then(Value::as_str)) {
+        let name = self.name.as_deref().filter(|n| !n.is_empty());
+        match (self.who(), name) {
+            (Some(w), Some(n)) => format!("{w} (session \"{n}\")"),
+            (Some(w), None) => format!("{w} (session {})", self.session),
+            (None, Some(n)) => format!("session \"{n}\""),
+            (None, None) => format!("session {}", self.session),
+        }
+    }
+
+    /// `session ID of host pid 12 ("name")`: the session first, for `break`.
+    pub fn describe_session(&self) -> String {
+        let mut s = format!("session {}", self.session);
+        if let Some(w) = self.who() {
+            s.push_str(&format!(" of {w}"));
+        }
+        if let Some(n) = self.name.as_deref().filter(|n| !n.is_empty()) {
+            s.push_str(&format!(" (\"{n}\")"));
+        }
+        s
+    }
+
+    /// `host pid 12`, or the value when it is not conlock's JSON (shortened).
+    fn who(&self) -> Option<String> {
+        match (&self.value, self.value.get("host").and_then(Value::as_str)) {
             (_, Some(h)) => {
                 let pid = self
                     .value
@@ -51,13 +74,6 @@ impl Holder {
                 Some(s.trim().chars().take(40).collect())
             }
             _ => None,
-        };
-        let name = self.name.as_deref().filter(|n| !n.is_empty());
-        match (who, name) {
-            (Some(w), Some(n)) => format!("{w} (session \"{n}\")"),
-            (Some(w), None) => format!("{w} (session {})", self.session),
-            (None, Some(n)) => format!("session \"{n}\""),
-            (None, None) => format!("session {}", self.session),
         }
     }
 }

@@ -38,9 +38,15 @@ impl Lock {
 impl Lock {
     fn check_flags(&self, pair: &KvPair) -> Result<()> {
         if pair.flags != LOCK_FLAGS {
+            let hint = if pair.flags == crate::consul::SEMAPHORE_FLAGS {
+                "; a prefix holds either a lock or a semaphore: use `conlock sem` here as the others do, or another key"
+            } else {
+                ""
+            };
             return Err(Error::Conflict(format!(
-                "key {:?} exists but is not a conlock/consul lock (Flags {:#x}, expected {LOCK_FLAGS:#x}); refusing to touch it",
-                self.key, pair.flags
+                "key {:?} is {}, not a lock's; refusing to touch it{hint}",
+                self.key,
+                claim::key_kind(pair.flags)
             )));
         }
         Ok(())
@@ -75,9 +81,8 @@ enum Take {
     Held(Held),
     /// Another holder was faster: its read, for the next turn.
     Changed((Option<KvPair>, QueryMeta)),
-    /// Refused with no holder: a lock-delay of a session that ended. The look that
-    /// showed no holder.
-    LockDelay(Option<KvPair>),
+    /// Refused with no holder: a lock-delay of a session that ended.
+    LockDelay,
     /// Our session does not exist (any more).
     InvalidSession,
     /// Consul said it took the key for us, but a consistent read right after does not
@@ -105,7 +110,7 @@ impl Lock {
                 return Ok(if look.0.as_ref().is_some_and(|p| p.holder().is_some()) {
                     Take::Changed(look)
                 } else {
-                    Take::LockDelay(look.0)
+                    Take::LockDelay
                 });
             }
             Err(e) if claim::is_invalid_session(&e) => return Ok(Take::InvalidSession),
@@ -171,70 +176,72 @@ impl Claim for Lock {
         let mut puzzles = claim::Puzzles::default();
         // A read made by the last attempt, for the next turn of the loop.
         let mut looked = None;
-        // After sleeping through a lock-delay the key was last seen free: take it at once.
-        let mut retake = false;
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
             }
             let session_id = session.id();
-            if !std::mem::take(&mut retake) {
-                let q = match deadline {
-                    _ if index == 0 => QueryOptions::default(),
-                    Some(d) => QueryOptions::blocking(
-                        index,
-                        d.saturating_duration_since(Instant::now()).min(WATCH_WAIT),
-                    ),
-                    None => QueryOptions::blocking(index, WATCH_WAIT),
-                };
-                let read = match looked.take() {
-                    Some(r) => Ok(r),
-                    None => client.kv_get(&self.key, q),
-                };
-                let (pair, meta) = match claim::while_waiting(read, deadline)? {
-                    Waited::Got(r) => r,
-                    Waited::Retry => {
+            let q = match deadline {
+                _ if index == 0 => QueryOptions::default(),
+                Some(d) => QueryOptions::blocking(
+                    index,
+                    d.saturating_duration_since(Instant::now()).min(WATCH_WAIT),
+                ),
+                None => QueryOptions::blocking(index, WATCH_WAIT),
+            };
+            let read = match looked.take() {
+                Some(r) => Ok(r),
+                None => client.kv_get(&self.key, q),
+            };
+            let (pair, meta) = match claim::while_waiting(read, deadline)? {
+                Waited::Got(r) => r,
+                Waited::Retry => {
+                    index = 0;
+                    continue;
+                }
+                Waited::Busy => return Ok(None),
+            };
+            index = next_index(index, meta.index);
+            if let Some(p) = &pair {
+                self.check_flags(p)?;
+                if let Some(h) = p.holder() {
+                    if h == session_id {
+                        // An earlier acquire went through though we did not see its answer.
+                        match claim::while_waiting(self.read_held(client, &session_id), deadline)? {
+                            Waited::Got(Some(h)) => return Ok(Some(h)),
+                            Waited::Got(None) => {
+                                let what = format!("the acquire of key {:?}", self.key);
+                                let detail = format!(
+                                    "a read shows it held by our session {session_id}, but a consistent read right after does not"
+                                );
+                                if !puzzles.puzzled(client, &what, detail, deadline)? {
+                                    return Ok(None);
+                                }
+                            }
+                            Waited::Retry => {}
+                            Waited::Busy => return Ok(None),
+                        }
                         index = 0;
                         continue;
                     }
-                    Waited::Busy => return Ok(None),
-                };
-                index = next_index(index, meta.index);
-                if let Some(p) = &pair {
-                    self.check_flags(p)?;
-                    if let Some(h) = p.holder() {
-                        if h == session_id {
-                            // An earlier acquire went through though we did not see its answer.
-                            match claim::while_waiting(
-                                self.read_held(client, &session_id),
-                                deadline,
-                            )? {
-                                Waited::Got(Some(h)) => return Ok(Some(h)),
-                                Waited::Got(None) | Waited::Retry => {}
-                                Waited::Busy => return Ok(None),
-                            }
-                            index = 0;
-                            continue;
-                        }
-                        // Another holder in between: a later puzzle is a first one.
-                        puzzles.clear();
-                        if delay.is_new_holder(h) {
-                            // Once per holder: who it is, for the message, and its lock-delay,
-                            // which can only be read while it holds. conlock's own value says
-                            // both; only another tool's holder costs a session lookup.
-                            let info = super::describe::holder_from_value(p, h)
-                                .unwrap_or_else(|| super::describe::holder(client, p, h));
-                            delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
-                            wait.held_by(info.describe(), h);
-                        }
-                        if claim::deadline_passed(deadline) {
-                            return Ok(None);
-                        }
-                        continue;
+                    // Another holder in between: a later puzzle is a first one.
+                    puzzles.clear();
+                    if delay.is_new_holder(h) {
+                        // Once per holder: who it is, for the message, and its lock-delay,
+                        // which can only be read while it holds. conlock's own value says
+                        // both; only another tool's holder costs a session lookup.
+                        let info = super::describe::holder_from_value(p, h)
+                            .unwrap_or_else(|| super::describe::holder(client, p, h));
+                        delay.held_by(h, info.lock_delay_ns.map(Duration::from_nanos));
+                        wait.held_by(info.describe(), h);
                     }
+                    if claim::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    continue;
                 }
-                delay.saw_free();
             }
+            delay.saw_free();
             index = 0;
             match self.take(client, &session_id) {
                 Ok(Take::Held(h)) => return Ok(Some(h)),
@@ -242,11 +249,8 @@ impl Claim for Lock {
                     puzzles.clear();
                     looked = Some(look);
                 }
-                Ok(Take::LockDelay(look)) => {
+                Ok(Take::LockDelay) => {
                     puzzles.clear();
-                    if let Some(p) = &look {
-                        self.check_flags(p)?;
-                    }
                     // Nothing changes on the server until the lock-delay ends: sleep.
                     let retry = delay.refused();
                     wait.lock_delay(retry.until);
@@ -254,7 +258,6 @@ impl Claim for Lock {
                         return Ok(None);
                     }
                     claim::sleep_until_deadline(retry.after, deadline);
-                    retake = true;
                 }
                 Ok(Take::InvalidSession) => {
                     puzzles.clear();
@@ -309,30 +312,37 @@ impl Claim for Lock {
         Ok(self.lost_because(pair.as_ref(), session_id))
     }
 
-    fn release(&self, client: &Client, session_id: &str) {
+    fn release(&self, client: &Client, session_id: &str) -> bool {
+        // `retry_release` may move its deadline out through a leader election.
+        let client = &mut client.clone();
         // One request in the common case: the key is exactly as we last held it, so a
         // check-and-set delete frees it and leaves nothing behind, as `consul lock` does.
         let held_at = self.held_at.load(Ordering::SeqCst);
         if held_at > 0
-            && client
-                .kv_delete(&self.key, Some(held_at), false)
-                .unwrap_or(false)
+            && claim::retry_release(client, |client| {
+                client.kv_delete(&self.key, Some(held_at), false)
+            })
+            .unwrap_or(false)
         {
             ui::verbose(format_args!("released {}", self.describe()));
-            return;
+            return true;
         }
         let put = PutOptions {
             flags: LOCK_FLAGS,
             release: Some(session_id),
             ..Default::default()
         };
-        match client.kv_put(&self.key, &[], put) {
+        match claim::retry_release(client, |client| client.kv_put(&self.key, &[], put)) {
             Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
+            // Not ours (any more): nothing to give back.
             Ok(false) => {}
-            Err(e) => ui::warn(format_args!(
-                "could not release {}: {e}; destroying the session frees it",
-                self.describe()
-            )),
+            Err(e) => {
+                ui::warn(format_args!(
+                    "could not release {}: {e}; it frees when the session ends",
+                    self.describe()
+                ));
+                return false;
+            }
         }
         // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
         if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {
@@ -340,6 +350,7 @@ impl Claim for Lock {
                 let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
             }
         }
+        true
     }
 
     fn renew_while_waiting(&self) -> bool {

@@ -28,6 +28,8 @@ const LOCK_WATCH_GAP: Duration = Duration::from_millis(200);
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
+/// The first pause before a release reads `.lock` again after a lost check-and-set.
+const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct Semaphore {
     pub prefix: String,
@@ -165,7 +167,10 @@ impl Cushions {
     fn prune(&mut self, view: &View, state: &mut LockState) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
-        for s in view.vanished() {
+        let vanished = view.vanished();
+        // A holder seen again is forgotten: if it vanishes later, its cushion starts then.
+        self.first_seen.retain(|s, _| vanished.contains(s));
+        for s in vanished {
             let ends = *self.first_seen.entry(s.clone()).or_insert(now) + view.state.cushion(&s);
             if now >= ends {
                 state.remove(&s);
@@ -175,6 +180,18 @@ impl Cushions {
         }
         next
     }
+}
+
+/// What our last write should show in the next consistent read of the prefix.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Nothing,
+    /// Our contender key (we just created it).
+    Key,
+    /// Us in `.lock`, or `.lock` changed since this ModifyIndex (our check-and-set).
+    Listed(u64),
+    /// Our key changed or gone since this ModifyIndex (a refused rewrite).
+    TouchRefused(u64),
 }
 
 impl Semaphore {
@@ -209,9 +226,14 @@ impl Semaphore {
         let state = match &lock {
             Some(p) => {
                 if p.flags != SEMAPHORE_FLAGS {
+                    let hint = if p.flags == crate::consul::LOCK_FLAGS {
+                        "; a prefix holds either a lock or a semaphore: use `conlock run --prefix` here as the others do, or another prefix"
+                    } else {
+                        ""
+                    };
                     return Err(Error::Conflict(format!(
-                        "key {lock_key:?} exists but is not a semaphore (Flags {:#x}, expected {SEMAPHORE_FLAGS:#x}); refusing to touch it",
-                        p.flags
+                        "key {lock_key:?} is {}, not a semaphore's; refusing to touch it{hint}",
+                        claim::key_kind(p.flags)
                     )));
                 }
                 LockState::decode(p.value_bytes(), &lock_key)?
@@ -225,8 +247,8 @@ impl Semaphore {
         });
         if check_limit && state.limit != self.limit {
             return Err(Error::Conflict(format!(
-                "semaphore limit conflict (lock: {}, local: {})",
-                state.limit, self.limit
+                "semaphore {:?} has a limit of {} (in {lock_key}, set by its first holder), not --limit {}: every user of one prefix must give the same limit (consul lock says \"semaphore limit conflict (lock: {}, local: {})\")",
+                self.prefix, state.limit, self.limit, state.limit, self.limit
             )));
         }
         Ok(View {
@@ -253,9 +275,10 @@ impl Semaphore {
         client.kv_put(&self.lock_key(), &state.encode(), put)
     }
 
-    /// Writes our contender key with our session (creates it, or rewrites it for a new
-    /// ModifyIndex). `Ok(false)`: refused, which for our own key means a lock-delay,
-    /// left only when our session was invalidated.
+    /// Creates our contender key with our session, or rewrites it for a new ModifyIndex
+    /// (the fencing token; a re-acquire keeps LockIndex 1, as `consul lock -n` has it).
+    /// `Ok(false)`: refused, which for our own key means a lock-delay or an invalid
+    /// session: our session was invalidated.
     fn write_contender(
         &self,
         client: &Client,
@@ -301,46 +324,55 @@ impl Claim for Semaphore {
         let mut puzzles = claim::Puzzles::default();
         let mut index = 0;
         let mut wait_for = WATCH_WAIT;
-        // Our contender key must be (re)created first: at the start, and after the
-        // session or the key was lost.
+        // Our contender key must be created first: at the start, and with every new
+        // session. A session whose key was gone, even for a moment, runs no command: a
+        // waiter may have started that vanished holder's cushion then, which a key
+        // written again would cut short. So the key must keep the CreateIndex it had.
         let mut enter = true;
-        // What our last write should show in the next consistent read: our key (after
-        // writing it), or us in `.lock` (after a check-and-set at this `.lock` index).
-        let mut expect_key = false;
-        let mut expect_listed: Option<u64> = None;
-        // Our key was rewritten after our slot was written: its ModifyIndex, the fencing
-        // token, is then later than every earlier holder's.
-        let mut touched = false;
+        let mut entered_at: Option<u64> = None;
+        // The session's first write is still to come: a refusal of it makes no sense.
+        let mut fresh = true;
+        // What our last write should show in the next consistent read.
+        let mut expect = Expect::Nothing;
+        // Our key was rewritten after our slot was written, from this ModifyIndex: its
+        // new ModifyIndex, the fencing token, is then later than every earlier holder's.
+        let mut touched_from: Option<u64> = None;
         // A waiter far back in line watches only the waiter ahead of it, so a freed slot
         // wakes one or two waiters instead of all. Bounded, so a dead one stalls nobody.
         let chain_wait = session.ttl();
         loop {
             if session.lost().is_some() {
                 session.recreate()?;
-                enter = true;
+                (enter, fresh) = (true, true);
             }
             let sid = session.id();
             if enter {
                 let key = self.contender_key(&sid);
-                let written = crate::consul::retry_transient("creating the contender key", || {
-                    self.write_contender(client, &sid)
-                })?;
+                let written = crate::consul::retry_transient(
+                    "creating the contender key",
+                    client.deadline(),
+                    || self.write_contender(client, &sid),
+                )?;
                 if !written {
-                    // Our session was invalidated: a new one gets a new key. A fresh
-                    // session refused again makes no sense.
-                    let what = format!("the creation of contender key {key:?}");
-                    let detail = format!(
-                        "Consul refused to write it with session {sid} (invalid session or a lock-delay)"
-                    );
-                    if !puzzles.puzzled(client, &what, detail, deadline)? {
-                        return Ok(None);
+                    // Our session was invalidated: a new one gets a new key. A new
+                    // session refused at once makes no sense.
+                    if std::mem::take(&mut fresh) {
+                        let what = format!("the creation of contender key {key:?}");
+                        let detail = format!(
+                            "Consul refused to write it with the new session {sid} (invalid session or a lock-delay)"
+                        );
+                        if !puzzles.puzzled(client, &what, detail, deadline)? {
+                            return Ok(None);
+                        }
                     }
                     session.recreate()?;
+                    fresh = true;
                     continue;
                 }
-                enter = false;
-                expect_key = true;
-                touched = false;
+                (enter, fresh) = (false, false);
+                expect = Expect::Key;
+                entered_at = None;
+                touched_from = None;
                 index = 0;
             }
             // Plain reads are consistent: the one that shows us holding is the first
@@ -368,48 +400,74 @@ impl Claim for Semaphore {
             let my_key = self.contender_key(&sid);
             let mine = pairs.iter().find(|p| p.key == my_key).cloned();
             let view = self.view(pairs)?;
-            let Some(&(my_created, my_modified)) = view.contenders.get(&sid) else {
-                if std::mem::take(&mut expect_key) {
-                    let what = format!("the creation of contender key {my_key:?}");
-                    let detail = format!(
-                        "Consul answered true to writing it with session {sid} and Flags {SEMAPHORE_FLAGS:#x}, but a consistent read right after shows {}",
-                        claim::describe_pair(mine.as_ref())
-                    );
-                    if !puzzles.puzzled(client, &what, detail, deadline)? {
-                        return Ok(None);
+            let listed = view.state.holders.contains_key(&sid);
+            let lock_at = view.lock.as_ref().map_or(0, |p| p.modify_index);
+            let my_modified = view.contenders.get(&sid).map(|&(_, m)| m);
+            let my_created = view.contenders.get(&sid).map(|&(c, _)| c);
+            let rewritten =
+                my_created.is_some() && entered_at.is_some_and(|c| my_created != Some(c));
+            if my_created.is_some() && entered_at.is_none() {
+                entered_at = my_created;
+            }
+            // Did our last write do what Consul said it did?
+            let puzzle = match std::mem::replace(&mut expect, Expect::Nothing) {
+                Expect::Nothing => None,
+                Expect::Key if my_modified.is_none() => {
+                    // Gone again at once: only an invalidated session explains that.
+                    match client.session_info(&sid, QueryOptions::consistent()) {
+                        Ok((None, _)) => None,
+                        Ok((Some(_), _)) => Some(format!(
+                            "Consul answered true to writing contender key {my_key:?} with session {sid} and Flags {SEMAPHORE_FLAGS:#x}, but a consistent read right after shows {}",
+                            claim::describe_pair(mine.as_ref())
+                        )),
+                        Err(e) => {
+                            if !claim::pause_after_failure(&e, deadline) {
+                                return Ok(None);
+                            }
+                            None
+                        }
                     }
                 }
-                // Our contender key vanished (session invalidated, or an operator); start over.
-                enter = session.lost().is_none();
+                Expect::Listed(at) if !listed && lock_at == at => Some(format!(
+                    "a check-and-set of {:?} at ModifyIndex {at} that adds session {sid} left it unchanged",
+                    self.lock_key()
+                )),
+                Expect::TouchRefused(from) if my_modified == Some(from) => Some(format!(
+                    "Consul refused to rewrite contender key {my_key:?} at ModifyIndex {from}, but a consistent read right after shows it unchanged"
+                )),
+                _ => {
+                    puzzles.clear();
+                    None
+                }
+            };
+            if let Some(detail) = puzzle {
+                let what = format!("the acquire of a slot of semaphore {:?}", self.prefix);
+                if !puzzles.puzzled(client, &what, detail, deadline)? {
+                    return Ok(None);
+                }
+                index = 0;
+                continue;
+            }
+            let (Some(my_modified), Some(my_created), false) = (my_modified, my_created, rewritten)
+            else {
+                // Our contender key vanished (session invalidated, or an operator), or
+                // came back: a new session and key. Our old entry in `.lock`, if any,
+                // ends after its cushion in every waiter's view; no command ran under it.
+                ui::verbose(format_args!(
+                    "contender key {my_key:?} was deleted; going on with a new session"
+                ));
+                session.recreate()?;
+                (enter, fresh) = (true, true);
                 index = 0;
                 continue;
             };
-            expect_key = false;
-            let listed = view.state.holders.contains_key(&sid);
-            if let Some(at) = expect_listed.take() {
-                let lock_at = view.lock.as_ref().map_or(0, |p| p.modify_index);
-                // Our check-and-set applied, or another write came first: both make sense.
-                if !listed && lock_at == at {
-                    let what = format!("the write of key {:?}", self.lock_key());
-                    let detail = format!(
-                        "a check-and-set at ModifyIndex {at} that adds session {sid} left it unchanged"
-                    );
-                    if !puzzles.puzzled(client, &what, detail, deadline)? {
-                        return Ok(None);
-                    }
-                    index = 0;
-                    continue;
-                }
-            }
             if listed {
-                if !touched {
+                let Some(from) = touched_from else {
                     match self.write_contender(client, &sid) {
-                        Ok(true) => touched = true,
-                        // Our session died: its slot is pruned by others after its cushion.
-                        Ok(false) => {
-                            session.recreate()?;
-                            enter = true;
-                        }
+                        // The next read must show it rewritten (see below).
+                        Ok(true) => touched_from = Some(my_modified),
+                        // Rewritten or deleted meanwhile: the next read shows which.
+                        Ok(false) => expect = Expect::TouchRefused(my_modified),
                         Err(e) if e.is_retryable() => {
                             if !claim::pause_after_failure(&e, deadline) {
                                 return Ok(None);
@@ -419,8 +477,20 @@ impl Claim for Semaphore {
                     }
                     index = 0;
                     continue;
-                }
+                };
                 if !consistent {
+                    index = 0;
+                    continue;
+                }
+                if my_modified <= from {
+                    let what = format!("the acquire of a slot of semaphore {:?}", self.prefix);
+                    let detail = format!(
+                        "Consul answered true to rewriting contender key {my_key:?} at ModifyIndex {from}, but a consistent read right after shows it unchanged"
+                    );
+                    if !puzzles.puzzled(client, &what, detail, deadline)? {
+                        return Ok(None);
+                    }
+                    touched_from = None;
                     index = 0;
                     continue;
                 }
@@ -432,7 +502,6 @@ impl Claim for Semaphore {
                     confirmed_at: sent,
                 }));
             }
-            puzzles.clear();
             let mut state = view.state.clone();
             let cushion_ends = cushions.prune(&view, &mut state);
             let free = (self.limit as usize).saturating_sub(state.holders.len());
@@ -457,16 +526,16 @@ impl Claim for Semaphore {
                 state.delays.insert(sid.clone(), my_delay);
                 // Only a rewrite of our key after this write makes the token later than
                 // the holders before us.
-                touched = false;
+                touched_from = None;
                 match claim::while_waiting(self.write_lock(client, &view, &state), deadline)? {
                     Waited::Got(written) => {
-                        expect_listed = Some(view.lock.as_ref().map_or(0, |p| p.modify_index));
+                        expect = Expect::Listed(lock_at);
                         // Rewrite our key at once: that wakes the waiter behind us, and
                         // it fails if our session died meanwhile (then others prune the
                         // slot we wrote after our cushion).
                         if written {
                             match self.write_contender(client, &sid) {
-                                Ok(true) => touched = true,
+                                Ok(true) => touched_from = Some(my_modified),
                                 Ok(false) => {}
                                 Err(e) => ui::verbose(format_args!(
                                     "after taking a slot: {e}; checking again"
@@ -602,38 +671,64 @@ impl Claim for Semaphore {
 
     /// Removes only us: a vanished holder stays listed until a waiter's cushion for it
     /// has passed (its command may still run).
-    fn release(&self, client: &Client, session_id: &str) {
+    fn release(&self, client: &Client, session_id: &str) -> bool {
+        // `retry_release` may move its deadline out through a leader election.
+        let client = &mut client.clone();
         let lock_key = self.lock_key();
         let mine = self.contender_key(session_id);
         // `.lock` first, by check-and-set against what we read, so that a waiter sees a
         // free slot at once (not a vanished holder with a cushion); the last one out
         // removes `.lock`, also by check-and-set, so a newcomer that just joined keeps it.
-        for _ in 0..100 {
-            let view = match client.kv_list(&self.prefix, QueryOptions::default()) {
-                Ok((pairs, _)) => self.view_checked(pairs, false).ok(),
-                Err(_) => None,
-            };
-            let Some(mut view) = view else {
-                break;
+        let mut released = false;
+        for attempt in 0..100u32 {
+            if attempt > 0 {
+                // Another holder wrote `.lock` first; a short pause, growing, so that a
+                // server that keeps refusing is not hammered.
+                std::thread::sleep(RELEASE_RETRY_PAUSE * attempt.min(20));
+            }
+            let listed = claim::retry_release(client, |client| {
+                client.kv_list(&self.prefix, QueryOptions::default())
+            });
+            let mut view = match listed.map(|(pairs, _)| self.view_checked(pairs, false)) {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    ui::warn(format_args!(
+                        "could not release a slot of {}: {e}",
+                        self.describe()
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    ui::warn(format_args!(
+                        "could not read {}: {e}; the slot frees when the session ends",
+                        self.prefix
+                    ));
+                    break;
+                }
             };
             let Some(at) = view.lock.as_ref().map(|p| p.modify_index) else {
+                released = true;
                 break;
             };
             // Our own contender key still counts as alive in the view; drop us explicitly.
             view.contenders.remove(session_id);
             if !view.state.holders.contains_key(session_id) {
+                released = true;
                 break;
             }
             let mut state = view.state.clone();
             state.remove(session_id);
-            let done = if state.holders.is_empty() && view.contenders.is_empty() {
-                client.kv_delete(&lock_key, Some(at), false)
-            } else {
-                self.write_lock(client, &view, &state)
-            };
+            let done = claim::retry_release(client, |client| {
+                if state.holders.is_empty() && view.contenders.is_empty() {
+                    client.kv_delete(&lock_key, Some(at), false)
+                } else {
+                    self.write_lock(client, &view, &state)
+                }
+            });
             match done {
                 Ok(true) => {
                     ui::verbose(format_args!("released a slot of {}", self.describe()));
+                    released = true;
                     break;
                 }
                 // `.lock` changed since our read: read again.
@@ -646,7 +741,8 @@ impl Claim for Semaphore {
                 }
             }
         }
-        let _ = client.kv_delete(&mine, None, false);
+        let _ = claim::retry_release(client, |client| client.kv_delete(&mine, None, false));
+        released
     }
 
     fn spec(&self) -> ClaimSpec {

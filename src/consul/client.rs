@@ -43,11 +43,23 @@ pub enum ConsulError {
         status: u16,
         body: String,
     },
-    #[error("no answer from Consul at {addr} to {what} within {secs:.1}s")]
+    #[error(
+        "no answer from Consul at {addr} to {what} within {secs:.1}s{}",
+        limit.as_deref().map(|l| format!(" ({l})")).unwrap_or_default()
+    )]
     Timeout {
         what: String,
         addr: String,
         secs: f64,
+        /// What cut the wait short, when the client's deadline did (`with_deadline`).
+        limit: Option<String>,
+    },
+    /// The client's deadline had passed before the request was sent.
+    #[error("no time left to send {what} to Consul at {addr} ({limit})")]
+    OutOfTime {
+        what: String,
+        addr: String,
+        limit: String,
     },
     #[error("unexpected answer from Consul at {addr} to {what}: {detail}")]
     BadAnswer {
@@ -60,15 +72,36 @@ pub enum ConsulError {
 }
 
 impl ConsulError {
-    /// True for failures that may pass: the network, timeouts and 5xx answers.
+    /// True for failures that may pass: the network, timeouts and 5xx answers, except
+    /// those that say the request itself is wrong.
     pub fn is_retryable(&self) -> bool {
+        match self {
+            ConsulError::Server { body, .. } => !is_permanent(body),
+            ConsulError::Unreachable { .. } | ConsulError::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+impl ConsulError {
+    /// The client's deadline (`Client::with_deadline`) ended the request, not Consul.
+    pub fn cut_short(&self) -> bool {
         matches!(
             self,
-            ConsulError::Unreachable { .. }
-                | ConsulError::Server { .. }
-                | ConsulError::Timeout { .. }
+            ConsulError::Timeout { limit: Some(_), .. } | ConsulError::OutOfTime { .. }
         )
     }
+}
+
+/// Consul's 500 answers to a session create that no retry can change (as recorded from
+/// Consul 1.0.8: tests/fixtures/consul-1.0.8/03-session-create-validation.json). A node
+/// not registered yet (an agent starting) or a critical check may pass, so they are
+/// retried.
+fn is_permanent(body: &str) -> bool {
+    (body.starts_with("Missing check '") && body.ends_with("' registration"))
+        || body.starts_with("Invalid Session TTL")
+        || body.starts_with("Invalid Behavior")
+        || (body.starts_with("Session TTL '") && body.contains("invalid"))
 }
 
 pub type Result<T> = std::result::Result<T, ConsulError>;
@@ -125,12 +158,21 @@ pub const TRANSIENT_TRIES: u32 = 4;
 pub const TRANSIENT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Runs `f` again after a retryable failure (the network, a timeout, a 5xx), up to
-/// `TRANSIENT_TRIES` times in all. Only for requests whose repetition is harmless.
-pub fn retry_transient<T>(what: &str, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+/// `TRANSIENT_TRIES` times in all, and not once `deadline` (the client's) would pass
+/// during the pause. Only for requests whose repetition is harmless.
+pub fn retry_transient<T>(
+    what: &str,
+    deadline: Option<Instant>,
+    mut f: impl FnMut() -> Result<T>,
+) -> Result<T> {
     let mut tries = 1;
     loop {
         match f() {
-            Err(e) if e.is_retryable() && tries < TRANSIENT_TRIES => {
+            Err(e)
+                if e.is_retryable()
+                    && tries < TRANSIENT_TRIES
+                    && !deadline.is_some_and(|d| Instant::now() + TRANSIENT_PAUSE >= d) =>
+            {
                 crate::ui::notice(format_args!("{what}: {e}; retrying"));
                 tries += 1;
                 std::thread::sleep(TRANSIENT_PAUSE);
@@ -161,8 +203,8 @@ pub struct Client {
     resolver: AgentResolver,
     /// Timeout of a non-blocking call.
     pub request_timeout: Duration,
-    /// No call lasts past this (see `with_deadline`).
-    deadline: Option<Instant>,
+    /// No call lasts past this (see `with_deadline`), and what set it, for messages.
+    deadline: Option<(Instant, Arc<str>)>,
 }
 
 struct Answer {
@@ -227,12 +269,18 @@ impl Client {
     }
 
     /// A client whose calls all end by `deadline` (one already past fails at once with
-    /// a timeout): for best-effort cleanup that must not hold up the exit.
-    pub fn with_deadline(&self, deadline: Instant) -> Client {
+    /// `OutOfTime`): for best-effort cleanup that must not hold up the exit, and for the
+    /// wait that `--timeout` bounds. `limit` says what set it, in error messages.
+    pub fn with_deadline(&self, deadline: Instant, limit: &str) -> Client {
         Client {
-            deadline: Some(deadline),
+            deadline: Some((deadline, limit.into())),
             ..self.clone()
         }
+    }
+
+    /// When calls must end (see `with_deadline`).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.as_ref().map(|(d, _)| *d)
     }
 
     /// The same client with a pool of connections of its own. A blocking query on it (a
@@ -462,21 +510,38 @@ impl Client {
         what: &str,
     ) -> Result<Answer> {
         let url = self.url(path, params);
-        let timeout = match self.deadline {
-            Some(d) => {
+        // What cuts this call short, if the deadline does.
+        let mut limit = None;
+        let timeout = match &self.deadline {
+            Some((d, why)) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(ConsulError::Timeout {
+                    return Err(ConsulError::OutOfTime {
                         what: what.to_string(),
                         addr: self.cfg.addr.clone(),
-                        secs: 0.0,
+                        limit: why.to_string(),
                     });
+                }
+                if left < timeout {
+                    limit = Some(why.to_string());
                 }
                 timeout.min(left)
             }
             None => timeout,
         };
-        let answer = self.send(method, &url, body, timeout, what)?;
+        let answer = self
+            .send(method, &url, body, timeout, what)
+            .map_err(|e| match e {
+                ConsulError::Timeout {
+                    what, addr, secs, ..
+                } => ConsulError::Timeout {
+                    what,
+                    addr,
+                    secs,
+                    limit,
+                },
+                e => e,
+            })?;
         match answer.status {
             200..=299 => Ok(answer),
             404 if method == "GET" && path.starts_with("/v1/kv/") && answer.index.is_some() => {
@@ -490,13 +555,23 @@ impl Client {
             status @ 500..=599 => Err(ConsulError::Server {
                 what: what.to_string(),
                 status,
-                body: error_text(&answer.body),
+                body: self.name_datacenter(error_text(&answer.body)),
             }),
             status => Err(ConsulError::Rejected {
                 what: what.to_string(),
                 status,
                 body: error_text(&answer.body),
             }),
+        }
+    }
+
+    /// Consul's "No path to datacenter" does not say which one: name it.
+    fn name_datacenter(&self, body: String) -> String {
+        match &self.cfg.datacenter {
+            Some(dc) if body.contains("No path to datacenter") => {
+                format!("{body} {dc:?} (check --datacenter or CONSUL_DATACENTER)")
+            }
+            _ => body,
         }
     }
 
@@ -571,12 +646,14 @@ impl Client {
                 what: what.to_string(),
                 addr,
                 secs: timeout.as_secs_f64(),
+                limit: None,
             },
             ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::TimedOut => {
                 ConsulError::Timeout {
                     what: what.to_string(),
                     addr,
                     secs: timeout.as_secs_f64(),
+                    limit: None,
                 }
             }
             other => {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::gojson::{go_decode_first, J};
+use super::gojson::{go_decode_first, go_fmt_t, go_type, J};
 use super::http::{Body, Request, Response, MAX_BODY};
 use super::shared::{ConnHandle, Shared};
 use super::store::{
@@ -16,8 +16,8 @@ use super::store::{
 };
 use super::{util, FaultMode};
 use crate::gostd::{
-    clean_request_path, detect_content_type, format_duration, is_print, parse_duration, parse_uint,
-    path_escape, strconv_quote, Query,
+    base64_std_decode, clean_request_path, detect_content_type, float64_to_uint64, format_duration,
+    is_print, parse_duration, parse_uint, path_escape, strconv_quote, Query,
 };
 
 /// What a handler wants done with the connection.
@@ -52,16 +52,37 @@ fn json(status: u16, v: &J) -> Response {
         .body(v.to_go_pretty())
 }
 
-fn with_meta(mut r: Response, index: u64) -> Response {
+fn with_meta(r: Response, index: u64) -> Response {
+    with_query_meta(r, index, true)
+}
+
+fn with_query_meta(mut r: Response, index: u64, known_leader: bool) -> Response {
     let meta = [
         ("X-Consul-Index", index.to_string()),
-        ("X-Consul-Knownleader", "true".to_string()),
+        ("X-Consul-Knownleader", known_leader.to_string()),
         ("X-Consul-Lastcontact", "0".to_string()),
     ];
     for (i, (k, v)) in meta.into_iter().enumerate() {
         r.headers.insert(i, (k.to_string(), v));
     }
     r
+}
+
+/// The dev server's datacenter (`/v1/agent/self` reports it).
+const DATACENTER: &str = "dc1";
+
+/// `?dc=` naming another datacenter (names are case-sensitive): the agent has no
+/// server to forward to. Checked where Consul's agent makes the RPC, so the checks
+/// it makes before (query options, key name, body) answer first.
+fn foreign_dc(q: &Query) -> Option<Response> {
+    let dc = q.get("dc");
+    (!dc.is_empty() && dc != DATACENTER).then(|| text(500, "No path to datacenter"))
+}
+
+/// The same for the session and health reads, whose failed call still sets the
+/// (empty) query meta headers.
+fn foreign_dc_read(q: &Query) -> Option<Outcome> {
+    foreign_dc(q).map(|r| respond(with_query_meta(r, 0, false)))
 }
 
 fn respond(r: Response) -> Outcome {
@@ -351,6 +372,9 @@ fn kvs(shared: &Shared, h: &ConnHandle, req: &Request, q: &Query, key: &str) -> 
 
 fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpts) -> Outcome {
     if q.has("recurse") {
+        if let Some(r) = foreign_dc(q) {
+            return respond(r);
+        }
         let got = block(shared, h, opts, Watch::Prefix(key.to_string()), |s| {
             s.kv_list(key)
                 .into_iter()
@@ -365,6 +389,9 @@ fn kv_get(shared: &Shared, h: &ConnHandle, q: &Query, key: &str, opts: &QueryOpt
     }
     if key.is_empty() {
         return respond(text(400, "Missing key name"));
+    }
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
     }
     let got = block(shared, h, opts, Watch::Key(key.to_string()), |s| {
         s.kv_get(key).cloned()
@@ -390,6 +417,9 @@ fn kv_keys(shared: &Shared, h: &ConnHandle, q: &Query, prefix: &str, opts: &Quer
     }
     if q.has("separator") {
         sep = q.get("separator");
+    }
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
     }
     let got = block(shared, h, opts, Watch::Prefix(prefix.to_string()), |s| {
         s.kv_keys(prefix, sep)
@@ -452,6 +482,9 @@ fn kv_put(shared: &Shared, req: &Request, q: &Query, key: &str) -> Response {
         Body::TooLarge => return text(413, &format!("Value exceeds {MAX_BODY} byte limit")),
         Body::Bytes(b) => b.clone(),
     };
+    if let Some(r) = foreign_dc(q) {
+        return r;
+    }
     let result = {
         let mut st = shared.lock_store();
         match op {
@@ -483,6 +516,9 @@ fn kv_delete(shared: &Shared, q: &Query, key: &str) -> Response {
             Err(e) => return text(500, &e),
         }
     }
+    if let Some(r) = foreign_dc(q) {
+        return r;
+    }
     let result = {
         let mut st = shared.lock_store();
         match (recurse, cas) {
@@ -510,23 +546,21 @@ const TXN_WRITE_VERBS: &[&str] = &[
 ];
 
 /// `PUT /v1/txn`: KV operations applied atomically (Consul's agent `Txn`): reads only
-/// are answered without a raft index, anything else goes through one.
-fn txn(shared: &Shared, _h: &ConnHandle, req: &Request, _q: &Query, _r: &str) -> Outcome {
+/// are answered without a raft index (with the query meta in the body), anything else
+/// goes through one.
+fn txn(shared: &Shared, _h: &ConnHandle, req: &Request, q: &Query, _r: &str) -> Outcome {
     let body = match &req.body {
         Body::TooLarge => return respond(text(413, "http: request body too large")),
         Body::Bytes(b) => b,
     };
-    let ops = match parse_txn_ops(body) {
-        Ok(ops) => ops,
+    let TxnBody { listed, ops } = match parse_txn_ops(body) {
+        Ok(b) => b,
         Err(e) => return respond(text(400, &format!("Failed to parse body: {e}"))),
     };
-    if ops.len() > MAX_TXN_OPS {
+    if listed > MAX_TXN_OPS {
         return respond(text(
             413,
-            &format!(
-                "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
-                ops.len()
-            ),
+            &format!("Transaction contains too many operations ({listed} > {MAX_TXN_OPS})"),
         ));
     }
     let mut total = 0;
@@ -552,107 +586,186 @@ fn txn(shared: &Shared, _h: &ConnHandle, req: &Request, _q: &Query, _r: &str) ->
     let writes = ops
         .iter()
         .any(|op| TXN_WRITE_VERBS.contains(&op.verb.as_str()));
-    let outcome = if writes {
+    if writes {
+        if let Some(r) = foreign_dc(q) {
+            return respond(r);
+        }
         let out = shared.lock_store().txn_apply(&ops, Instant::now());
         shared.notify_changed();
-        out
-    } else {
-        shared.lock_store().txn_read(&ops)
-    };
-    let r = txn_response(outcome);
-    if writes {
-        respond(r)
-    } else {
-        let r = r
-            .header("X-Consul-Knownleader", "true")
-            .header("X-Consul-Lastcontact", "0");
-        respond(r)
+        return respond(txn_response(out, false));
     }
+    // The read-only path parses the query options of a read.
+    if let Err(r) = parse_opts(q) {
+        return respond(r);
+    }
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
+    }
+    let out = shared.lock_store().txn_read(&ops, Instant::now());
+    respond(
+        txn_response(out, true)
+            .header("X-Consul-Knownleader", "true")
+            .header("X-Consul-Lastcontact", "0"),
+    )
 }
 
-fn txn_response(outcome: TxnOutcome) -> Response {
-    match outcome {
+/// `TxnResponse`, or for reads `TxnReadResponse`, which adds the (empty) query meta.
+fn txn_response(outcome: TxnOutcome, read: bool) -> Response {
+    let (status, mut fields) = match outcome {
         Ok(results) => {
             let list = results
                 .iter()
                 .map(|r| J::obj([("KV", kv_json(&r.key, &r.entry))]))
                 .collect();
-            json(200, &J::obj([("Results", J::A(list)), ("Errors", J::Null)]))
+            (200, vec![("Results", J::A(list)), ("Errors", J::Null)])
         }
         Err(errors) => {
             let list = errors
                 .into_iter()
                 .map(|(i, what)| J::obj([("OpIndex", J::U(i as u64)), ("What", J::S(what))]))
                 .collect();
-            json(409, &J::obj([("Results", J::Null), ("Errors", J::A(list))]))
+            (409, vec![("Results", J::Null), ("Errors", J::A(list))])
         }
+    };
+    if read {
+        fields.extend([
+            ("Index", J::U(0)),
+            ("LastContact", J::U(0)),
+            ("KnownLeader", J::Bool(true)),
+            ("ConsistencyLevel", J::s("")),
+        ]);
     }
+    let fields = fields
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    json(status, &J::O(fields))
 }
 
-/// The API form: `[{"KV": {"Verb", "Key", "Value" (base64), "Flags", "Index",
-/// "Session"}}]`, field names in any case (Consul decodes with mapstructure).
-fn parse_txn_ops(body: &[u8]) -> Result<Vec<TxnKvOp>, String> {
-    use base64::Engine as _;
-    let raw: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let Value::Array(items) = raw else {
-        return Err(format!("unexpected raw type: {}", go_type(&raw)));
-    };
-    let field = |m: &serde_json::Map<String, Value>, name: &str| {
+/// A decoded txn body.
+struct TxnBody {
+    /// Ops listed, with or without `KV`: the limit of 64 counts them all.
+    listed: usize,
+    /// The KV ops; an op without `KV` is dropped, as Consul's agent does.
+    ops: Vec<TxnKvOp>,
+}
+
+/// A field of a decoded map as mapstructure finds it: the exact name, else any
+/// spelling in another case.
+fn map_field<'a>(m: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
+    m.get(name).or_else(|| {
+        let lower = name.to_lowercase();
         m.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .find(|(k, _)| k.to_lowercase() == lower)
+            .map(|(_, v)| v)
+    })
+}
+
+/// The API form `[{"KV": {"Verb", "Key", "Value" (base64), "Flags", "Index",
+/// "Session"}}]`, decoded as Consul before 1.7 does: Go's `interface{}` decoding
+/// (every number a float64, so integers above 2^53 are rounded), `fixupKVOps` (base64
+/// values), then mapstructure into `api.TxnOps` (uint64 from the float64, names in any
+/// case, unknown fields such as `Namespace` ignored), with their error texts.
+fn parse_txn_ops(body: &[u8]) -> Result<TxnBody, String> {
+    let raw = go_decode_first(body)?;
+    // fixupKVOps: the first "kv" of each op (any case), and in it the first "value";
+    // it stops at the first problem.
+    let Value::Array(items) = &raw else {
+        return Err(format!("unexpected raw type: {}", go_fmt_t(&raw)));
+    };
+    let first = |m: &serde_json::Map<String, Value>, lower: &str| {
+        m.iter()
+            .find(|(k, _)| k.to_lowercase() == lower)
             .map(|(_, v)| v.clone())
     };
-    let mut ops = Vec::new();
     for item in items {
         let Value::Object(op) = item else {
-            return Err(format!("unexpected raw op type: {}", go_type(&item)));
+            return Err(format!("unexpected raw op type: {}", go_type(item)));
         };
-        let Some(Value::Object(kv)) = field(&op, "KV") else {
-            // Not a KV op (Consul 1.0 knows no other kind): an empty verb, which fails
-            // as "no operation specified".
-            ops.push(TxnKvOp::default());
+        let kv = match first(op, "kv") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Object(kv)) => kv,
+            Some(other) => return Err(format!("unexpected raw KV type: {}", go_type(&other))),
+        };
+        match first(&kv, "value") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                base64_std_decode(&s).map_err(|e| format!("failed to decode value: {e}"))?;
+            }
+            Some(other) => return Err(format!("unexpected value type: {}", go_type(&other))),
+        }
+    }
+    // mapstructure: every error is collected, and they are listed sorted.
+    let mut errors = Vec::new();
+    let mut ops = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(op) = item else { continue };
+        let Some(Value::Object(kv)) = map_field(op, "KV") else {
             continue;
         };
-        let string = |name: &str| match field(&kv, name) {
-            None | Some(Value::Null) => Ok(String::new()),
-            Some(Value::String(s)) => Ok(s),
-            Some(v) => Err(format!(
-                "'{name}' expected type 'string', got {}",
-                go_type(&v)
-            )),
+        let mut string = |name: &str, go_type_name: &str| match map_field(kv, name) {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => {
+                errors.push(unconvertible(&format!("[{i}].KV.{name}"), go_type_name, v));
+                String::new()
+            }
         };
-        let number = |name: &str| match field(&kv, name) {
-            None | Some(Value::Null) => Ok(0),
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .ok_or_else(|| format!("cannot parse '{name}', {n} overflows uint64")),
-            Some(v) => Err(format!(
-                "'{name}' expected type 'uint64', got {}",
-                go_type(&v)
-            )),
+        let verb = string("Verb", "api.KVOp");
+        let key = string("Key", "string");
+        let session = string("Session", "string");
+        let mut uint = |name: &str| match map_field(kv, name) {
+            None | Some(Value::Null) => 0,
+            Some(Value::Number(n)) => {
+                let f = n.as_f64().unwrap_or(0.0);
+                if f < 0.0 {
+                    errors.push(format!(
+                        "cannot parse '[{i}].KV.{name}', {f:.6} overflows uint"
+                    ));
+                    0
+                } else {
+                    float64_to_uint64(f)
+                }
+            }
+            Some(v) => {
+                errors.push(unconvertible(&format!("[{i}].KV.{name}"), "uint64", v));
+                0
+            }
         };
-        let value = match field(&kv, "Value") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(s)) => base64::engine::general_purpose::STANDARD
-                .decode(s)
-                .map_err(|e| format!("failed to decode value: {e}"))?,
-            Some(v) => return Err(format!("unexpected value type: {}", go_type(&v))),
+        let flags = uint("Flags");
+        let index = uint("Index");
+        // Checked by the fixup above.
+        let value = match map_field(kv, "Value") {
+            Some(Value::String(s)) => base64_std_decode(s).unwrap_or_default(),
+            _ => Vec::new(),
         };
         ops.push(TxnKvOp {
-            verb: string("Verb")?,
-            key: string("Key")?,
+            verb,
+            key,
             value,
-            flags: number("Flags")?,
-            index: number("Index")?,
-            session: string("Session")?,
+            flags,
+            index,
+            session,
         });
     }
-    Ok(ops)
+    if !errors.is_empty() {
+        let mut points: Vec<String> = errors.iter().map(|e| format!("* {e}")).collect();
+        points.sort();
+        return Err(format!(
+            "{} error(s) decoding:\n\n{}",
+            points.len(),
+            points.join("\n")
+        ));
+    }
+    Ok(TxnBody {
+        listed: items.len(),
+        ops,
+    })
 }
 
 // ----- sessions -----------------------------------------------------------
 
-fn session_create(shared: &Shared, h: &ConnHandle, req: &Request, _q: &Query, _r: &str) -> Outcome {
+fn session_create(shared: &Shared, h: &ConnHandle, req: &Request, q: &Query, _r: &str) -> Outcome {
     let mut s = SessionArgs {
         id: String::new(),
         name: String::new(),
@@ -670,6 +783,10 @@ fn session_create(shared: &Shared, h: &ConnHandle, req: &Request, _q: &Query, _r
             }
         }
         Body::Bytes(_) => {}
+    }
+    // Node, behavior and TTL are checked by the servers, after forwarding.
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
     }
     if s.node.is_empty() {
         return respond(text(500, "Must provide Node"));
@@ -748,17 +865,6 @@ fn go_kind(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "slice",
         Value::Object(_) => "map",
-    }
-}
-
-fn go_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "float64",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
     }
 }
 
@@ -908,11 +1014,14 @@ fn session_destroy(
     shared: &Shared,
     _h: &ConnHandle,
     _req: &Request,
-    _q: &Query,
+    q: &Query,
     id: &str,
 ) -> Outcome {
     if id.is_empty() {
         return respond(text(400, "Missing session"));
+    }
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
     }
     let result = shared.lock_store().session_destroy(id, Instant::now());
     shared.notify_changed();
@@ -928,6 +1037,9 @@ fn session_renew(shared: &Shared, _h: &ConnHandle, _req: &Request, q: &Query, id
     }
     if id.is_empty() {
         return respond(text(400, "Missing session"));
+    }
+    if let Some(r) = foreign_dc(q) {
+        return respond(r);
     }
     let mut st = shared.lock_store();
     let out = match st.session_renew(id, Instant::now()) {
@@ -953,6 +1065,9 @@ fn session_info(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, id: 
     if id.is_empty() {
         return respond(text(400, "Missing session"));
     }
+    if let Some(o) = foreign_dc_read(q) {
+        return o;
+    }
     if let Err(e) = shared.lock_store().session_get(id) {
         return respond(text(500, &e));
     }
@@ -969,6 +1084,9 @@ fn session_list(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, _r: 
         Ok(o) => o,
         Err(r) => return respond(r),
     };
+    if let Some(o) = foreign_dc_read(q) {
+        return o;
+    }
     sessions_answer(block(shared, h, &opts, Watch::Sessions, |s| {
         s.session_list().into_iter().map(session_json).collect()
     }))
@@ -981,6 +1099,9 @@ fn session_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node
     };
     if node.is_empty() {
         return respond(text(400, "Missing node name"));
+    }
+    if let Some(o) = foreign_dc_read(q) {
+        return o;
     }
     sessions_answer(block(shared, h, &opts, Watch::Sessions, |s| {
         s.node_sessions(node)
@@ -999,6 +1120,9 @@ fn health_node(shared: &Shared, h: &ConnHandle, _req: &Request, q: &Query, node:
     };
     if node.is_empty() {
         return respond(text(400, "Missing node name"));
+    }
+    if let Some(o) = foreign_dc_read(q) {
+        return o;
     }
     sessions_answer(block(shared, h, &opts, Watch::Checks, |s| {
         s.node(node).map(serf_health_json).into_iter().collect()
@@ -1020,7 +1144,7 @@ fn agent_self(_s: &Shared, h: &ConnHandle, _req: &Request, _q: &Query, _r: &str)
             (
                 "Config",
                 J::obj([
-                    ("Datacenter", J::s("dc1")),
+                    ("Datacenter", J::s(DATACENTER)),
                     ("NodeName", J::s(node)),
                     ("Revision", J::s("conlock-dev")),
                     ("Server", J::Bool(server)),
@@ -1033,7 +1157,10 @@ fn agent_self(_s: &Shared, h: &ConnHandle, _req: &Request, _q: &Query, _r: &str)
                     ("Name", J::s(node)),
                     ("Addr", J::s("127.0.0.1")),
                     ("Port", J::U(8301)),
-                    ("Tags", J::obj([("dc", J::s("dc1")), ("role", J::s(role))])),
+                    (
+                        "Tags",
+                        J::obj([("dc", J::s(DATACENTER)), ("role", J::s(role))]),
+                    ),
                     ("Status", J::U(1)),
                 ]),
             ),

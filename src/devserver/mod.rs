@@ -24,7 +24,6 @@ mod shared;
 mod store;
 mod util;
 
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -407,15 +406,10 @@ pub fn run_foreground(opts: Options) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let server = DevServer::start(opts.clone())
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.addr))?;
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "conlock dev-server listening on http://{} (in-memory, NOT for production)",
-            server.addr()
-        )?;
-        out.flush()?;
-    }
+    crate::ui::out(format!(
+        "conlock dev-server listening on http://{} (in-memory, NOT for production)\n",
+        server.addr()
+    ))?;
     let _ = signals.forever().next();
     signals.handle().close();
     server.shutdown();

@@ -569,22 +569,7 @@ impl Store {
     /// at one index and, if any fails, none takes effect (the index is still used).
     /// Errors are (op index, Consul's text) for every failed op.
     pub fn txn_apply(&mut self, ops: &[TxnKvOp], now: Instant) -> TxnOutcome {
-        let mut errors = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
-            if op.verb.is_empty() {
-                // Not a KV op: it fails in the transaction itself.
-            } else if op.key.is_empty() && op.verb != "delete-tree" {
-                errors.push((i, "Must provide key".to_string()));
-            } else if op.verb == "lock" && self.in_lock_delay(&op.key, now) {
-                errors.push((
-                    i,
-                    format!(
-                        "failed to lock key {} due to lock delay",
-                        strconv_quote(&op.key)
-                    ),
-                ));
-            }
-        }
+        let mut errors = self.txn_pre_check(ops, now);
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -604,10 +589,33 @@ impl Store {
         Err(errors)
     }
 
-    /// A transaction of reads only (Consul's `Txn.Read`): no raft index.
-    pub fn txn_read(&self, ops: &[TxnKvOp]) -> TxnOutcome {
-        let mut results = Vec::new();
+    /// Consul's `Txn.preCheck` (`kvsPreApply` of each op), for writes and reads alike.
+    fn txn_pre_check(&self, ops: &[TxnKvOp], now: Instant) -> Vec<(usize, String)> {
         let mut errors = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            if op.key.is_empty() && op.verb != "delete-tree" {
+                errors.push((i, "Must provide key".to_string()));
+            } else if op.verb == "lock" && self.in_lock_delay(&op.key, now) {
+                errors.push((
+                    i,
+                    format!(
+                        "failed to lock key {} due to lock delay",
+                        strconv_quote(&op.key)
+                    ),
+                ));
+            }
+        }
+        errors
+    }
+
+    /// A transaction of reads only (Consul's `Txn.Read`): the same pre-checks, no raft
+    /// index.
+    pub fn txn_read(&self, ops: &[TxnKvOp], now: Instant) -> TxnOutcome {
+        let mut errors = self.txn_pre_check(ops, now);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let mut results = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             match self.txn_read_op(op) {
                 Ok(r) => results.extend(r),
@@ -711,7 +719,6 @@ impl Store {
                 )),
                 Some(e) => Ok(vec![shown(key, e, false)]),
             },
-            "" => Err("no operation specified".to_string()),
             verb => Err(format!("unknown KV verb {}", strconv_quote(verb))),
         }
     }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::procfs;
 use crate::claim::ClaimSpec;
 use crate::clock::BootInstant;
 use crate::consul::{Client, ConnConfig};
@@ -51,15 +52,13 @@ enum Msg {
     Done,
 }
 
-/// The write end of a guardian forked at the start of `main`.
-static PREFORKED: Mutex<Option<File>> = Mutex::new(None);
+/// The write end of a guardian forked at the start of `main`, or why it could not be.
+static PREFORKED: Mutex<Option<std::result::Result<File, String>>> = Mutex::new(None);
 
 /// Forks the guardian now if conlock has a single thread. Called first thing in `main`
 /// for `run` and `sem`: then the copy is small and no lock can be held by another thread.
 pub fn prefork() {
-    if let Some(pipe) = fork_guardian() {
-        *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe);
-    }
+    *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(fork_guardian());
 }
 
 /// conlock's end of the pipe.
@@ -80,19 +79,19 @@ const GROUP_GONE: u8 = 1;
 const COMMAND_GONE: u8 = 2;
 
 impl Guardian {
-    /// Starts the guardian (or takes the one forked at start); `None` (with a warning)
-    /// if that is impossible.
-    pub fn start(conn: &ConnConfig) -> Option<Arc<Guardian>> {
+    /// Starts the guardian (or takes the one forked at start); `Err` says why that is
+    /// impossible (the caller decides whether to run without it).
+    pub fn start(conn: &ConnConfig) -> std::result::Result<Arc<Guardian>, String> {
         let preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(pipe) = preforked.or_else(fork_guardian) else {
-            ui::warn(
-                "cannot start the guardian process (fork failed, or conlock already runs threads); if conlock is killed, its command may outlive it",
-            );
-            return None;
+        let pipe = match preforked {
+            Some(Ok(pipe)) => pipe,
+            // Why the fork at start failed: forking now (with threads) would only hide it.
+            Some(Err(why)) => return Err(why),
+            None => fork_guardian()?,
         };
         // Never block a renewal on a guardian that does not read (it may be stopped).
         set_nonblocking(pipe.as_raw_fd());
-        Some(Arc::new(Guardian {
+        Ok(Arc::new(Guardian {
             pipe: Mutex::new(Some(pipe)),
             conn: Mutex::new(Some(line(&Msg::Conn(Box::new(conn.clone()))))),
             pending_deadline: AtomicU64::new(0),
@@ -310,33 +309,27 @@ fn set_nonblocking(fd: RawFd) {
     }
 }
 
-/// True if this process has exactly one thread (then fork leaves no lock held).
-fn single_threaded() -> bool {
-    // The link count of /proc/self/task is 2 plus the number of threads: one stat
-    // instead of reading /proc/self/status.
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/task").is_ok_and(|m| m.nlink() == 3)
-}
-
-/// Forks the guardian if this process has a single thread; returns conlock's end.
-fn fork_guardian() -> Option<File> {
-    if !single_threaded() {
-        return None;
+/// Forks the guardian if this process has a single thread; returns conlock's end, or
+/// why it could not.
+fn fork_guardian() -> std::result::Result<File, String> {
+    if !procfs::single_threaded() {
+        return Err("conlock already runs threads, or /proc/self/task cannot be read".into());
     }
     let mut fds = [0 as RawFd; 2];
     // CLOEXEC: the command must not inherit the write end, or the guardian would not
     // see the pipe close when conlock dies.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return None;
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
     }
     let (read_end, write_end) = (fds[0], fds[1]);
     match unsafe { libc::fork() } {
         -1 => {
+            let e = std::io::Error::last_os_error();
             unsafe {
                 libc::close(read_end);
                 libc::close(write_end);
             }
-            None
+            Err(format!("fork: {e}"))
         }
         0 => {
             // The guardian: a single-threaded copy, so ordinary Rust is safe here.
@@ -363,7 +356,7 @@ fn fork_guardian() -> Option<File> {
         }
         _ => {
             unsafe { libc::close(read_end) };
-            Some(unsafe { File::from_raw_fd(write_end) })
+            Ok(unsafe { File::from_raw_fd(write_end) })
         }
     }
 }
@@ -523,7 +516,7 @@ fn serve(fd: RawFd) -> i32 {
                 known.decode();
                 kill_descendants(conlock_pid, &known.prior);
                 // Once the killed group is gone its ID may be reused: never signal it again.
-                if group.is_some_and(super::pgroup::gone) {
+                if group.is_some_and(|p| super::procfs::group(p) == super::procfs::Liveness::Gone) {
                     known.group_gone = true;
                     continue;
                 }
@@ -645,7 +638,7 @@ fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
         .map_or_else(|| "nothing".to_string(), ClaimSpec::describe);
     if let Some(c) = known.claim {
         let claim = c.build();
-        ui::set_level(ui::Level::Quiet);
+        ui::set_level(ui::Level::Silent);
         claim.release(&client, &session);
     }
     if client.session_destroy(&session).is_ok() && known.pgid.is_some() {
@@ -665,7 +658,13 @@ fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say
     let mut surviving = false;
     let mut next_renew = started + SURVIVOR_NOTICE;
     loop {
-        if super::pgroup::gone(p) {
+        let state = super::procfs::group(p);
+        if state != super::procfs::Liveness::Gone {
+            // Again on every look: a process that stepped out of the group at the first
+            // SIGKILL and back in since must not survive it.
+            unsafe { libc::kill(-p, libc::SIGKILL) };
+        }
+        if state == super::procfs::Liveness::Gone {
             if surviving {
                 out.say(format!(
                     "the surviving processes of group {p} are gone; releasing"
@@ -826,17 +825,18 @@ fn kill_descendants(conlock_pid: i32, prior: &[(i32, u64)]) {
     skip.extend(
         prior
             .iter()
-            .filter(|&&(pid, start)| super::supervise::is_process(pid, start))
+            .filter(|&&(pid, start)| procfs::is_process(pid, start))
             .map(|&(pid, _)| pid),
     );
-    for (pid, st) in super::supervise::descendants(conlock_pid, &skip) {
-        super::supervise::signal_if_same(pid, st.start(), libc::SIGKILL);
+    // A /proc that cannot answer (another namespace's) must not have us kill by its pids.
+    for (pid, st) in procfs::descendants(conlock_pid, &skip).unwrap_or_default() {
+        procfs::signal_if_same(pid, st.start, libc::SIGKILL);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{line, single_threaded, BootInstant, Duration, Known, Msg};
+    use super::{line, procfs::single_threaded, BootInstant, Duration, Known, Msg};
 
     /// `GroupGone` (escaped processes may still run) keeps the watchdog armed but stops
     /// signals to the group; `CommandGone` (sent also when a spawn fails) disarms it.

@@ -3,7 +3,7 @@
 //! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
 
 pub mod guardian;
-pub mod pgroup;
+pub mod procfs;
 pub mod session;
 mod signals;
 mod spawn;
@@ -35,7 +35,23 @@ pub struct HoldSpec {
     pub min_hold: Option<Duration>,
     /// Stop the command after this long (exit `exit::MAX_TIME`).
     pub max_time: Option<Duration>,
+    /// Run the command even if the guardian cannot start.
+    pub unguarded: bool,
 }
+
+/// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
+fn cleanup_client(client: &Client) -> Client {
+    client.with_deadline(
+        Instant::now() + CLEANUP_BUDGET,
+        &format!(
+            "cleanup is bounded to {}",
+            crate::duration::format(CLEANUP_BUDGET)
+        ),
+    )
+}
+
+/// How long past `--timeout` a request sent just before it may take to be answered.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
 /// Set by a terminating signal while holding: no `--min-hold` after the command then.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -71,8 +87,17 @@ enum Phase {
 /// for are process-wide.
 pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     first_hold()?;
-    // A guardian forked here (none was at start) gets the signal mask conlock started with.
-    let guardian = Guardian::start(client.config());
+    let guardian = match preflight(client, &spec) {
+        Ok(g) => g,
+        Err(e) => {
+            events::exit(
+                e.exit_code(),
+                "error",
+                serde_json::json!({ "error": e.to_string() }),
+            );
+            return Err(e);
+        }
+    };
     // Before any thread starts: every thread inherits the mask.
     signals::block();
     let result = hold_guarded(client, spec, claim, guardian.as_ref());
@@ -89,6 +114,29 @@ pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i3
     result
 }
 
+/// What must hold before anything is acquired: conlock can see the command's processes,
+/// and the guardian runs (unless `--unguarded`). Returns the guardian.
+fn preflight(client: &Client, spec: &HoldSpec) -> Result<Option<Arc<Guardian>>> {
+    // conlock releases only once every process of the command is gone: where /proc cannot
+    // show them, it would have to guess, so the command does not run.
+    if let Err(why) = procfs::check_view() {
+        return Err(Error::Usage(format!("cannot run the command: {why}")));
+    }
+    // A guardian forked here (none was at start) gets the signal mask conlock started with.
+    match Guardian::start(client.config()) {
+        Ok(g) => Ok(Some(g)),
+        Err(why) if spec.unguarded => {
+            ui::warn(format_args!(
+                "cannot start the guardian process ({why}); running unguarded (--unguarded): if conlock is killed or stopped, nothing stops its command"
+            ));
+            Ok(None)
+        }
+        Err(why) => Err(Error::Usage(format!(
+            "cannot start the guardian process ({why}): without it nothing stops the command if conlock is killed or stopped, so it does not run (--unguarded runs it anyway)"
+        ))),
+    }
+}
+
 fn hold_guarded(
     client: &Client,
     spec: HoldSpec,
@@ -100,8 +148,23 @@ fn hold_guarded(
     // Handlers first, so no signal finds the default action once we own anything.
     let phase = Arc::new(Mutex::new(Phase::Starting));
     install_signal_thread(phase.clone())?;
+    // --timeout bounds the whole wait, a Consul that does not answer included: requests
+    // end by then, with ANSWER_GRACE for one sent just before (`--timeout 0s` too).
+    let deadline = spec.timeout.map(|t| Instant::now() + t);
+    let waiting = match (deadline, spec.timeout) {
+        (Some(d), Some(t)) => client.with_deadline(
+            d + ANSWER_GRACE,
+            &format!(
+                "--timeout {} and {} for an answer",
+                crate::duration::format(t),
+                crate::duration::format(ANSWER_GRACE)
+            ),
+        ),
+        _ => client.clone(),
+    };
     let mut session = Session::create(
         client,
+        &waiting,
         spec.session.clone(),
         guardian.cloned(),
         claim.renew_while_waiting(),
@@ -113,8 +176,7 @@ fn hold_guarded(
 
     let prior = supervise::Prior::now();
     let wait = WaitDisplay::start(claim.describe());
-    let deadline = spec.timeout.map(|t| Instant::now() + t);
-    let acquired = claim.acquire(client, &session, deadline, &wait);
+    let acquired = claim.acquire(&waiting, &session, deadline, &wait);
     wait.finish();
     let waited = wait.waited();
     let held = match acquired {
@@ -127,11 +189,11 @@ fn hold_guarded(
                 claim.describe(),
                 spec.busy_exit_code
             ));
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Ok(exit_event(spec.busy_exit_code, "busy"));
         }
         Err(e) => {
-            session.destroy();
+            session.destroy_with(&cleanup_client(client));
             return Err(e);
         }
     };
@@ -347,7 +409,7 @@ fn hold_guarded(
             drop(session);
             return Ok(exit_event(exit::LOST, "lost"));
         }
-        ui::notice(format_args!(
+        ui::alert(format_args!(
             "the surviving processes of group {pgid} are gone; releasing {}",
             claim.describe()
         ));
@@ -374,10 +436,10 @@ fn hold_guarded(
     if let Some(g) = guardian {
         g.settle(Duration::from_millis(500));
     }
-    let cleanup_end = Instant::now() + CLEANUP_BUDGET;
-    let cleanup = client.with_deadline(cleanup_end);
-    claim.release(&cleanup, &session_id);
-    if !matches!(outcome, Outcome::Lost(_)) {
+    let cleanup = cleanup_client(client);
+    let cleanup_end = cleanup.deadline().unwrap_or_else(Instant::now);
+    let released = claim.release(&cleanup, &session_id);
+    if released && !matches!(outcome, Outcome::Lost(_)) {
         events::emit("released", serde_json::json!({ "session": session_id }));
     }
     if Instant::now() < cleanup_end {
@@ -397,8 +459,13 @@ fn hold_guarded(
             claim.describe()
         )),
         _ => ui::verbose(format_args!(
-            "command {}; released {}",
+            "command {}; {} {}",
             supervise::describe_end(code),
+            if released {
+                "released"
+            } else {
+                "could not release"
+            },
             claim.describe()
         )),
     }
@@ -408,7 +475,9 @@ fn hold_guarded(
 /// How long after the spawn the monitor sends its first query.
 const MONITOR_DELAY: Duration = Duration::from_millis(50);
 
-/// Total time for releasing and destroying the session once the command is gone.
+/// Total time for releasing and destroying the session once the command is gone (a
+/// release that Consul answers with 500, as during a leader election, may take longer:
+/// see `claim::retry_release`).
 pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
 
 /// The exit code and the `how` of the `exit` event for an outcome.

@@ -103,6 +103,8 @@ pub struct Session {
 
 struct Shared {
     client: Client,
+    /// Creates the session and replaces it while waiting: bounded by `--timeout`.
+    creator: Client,
     guardian: Option<Arc<Guardian>>,
     spec: SessionSpec,
     state: Mutex<State>,
@@ -132,11 +134,13 @@ struct State {
 pub type DeadlineHook = Box<dyn Fn(BootInstant) + Send>;
 
 impl Session {
-    /// Creates the session and starts renewing it.
+    /// Creates the session with `creator` (the client of the wait, which `--timeout`
+    /// bounds; also used by `recreate`) and starts renewing it with `client`.
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
     /// With `renew` false, renewals wait for `start_holding`.
     pub fn create(
         client: &Client,
+        creator: &Client,
         spec: SessionSpec,
         guardian: Option<Arc<Guardian>>,
         renew: bool,
@@ -144,9 +148,9 @@ impl Session {
         let mut sent = BootInstant::now();
         // Creating a session is safe to repeat: one we did not hear about holds nothing
         // and expires by its TTL.
-        let id = crate::consul::retry_transient("creating a session", || {
+        let id = crate::consul::retry_transient("creating a session", creator.deadline(), || {
             sent = BootInstant::now();
-            client.session_create(&request(&spec))
+            creator.session_create(&request(&spec))
         })?;
         if let Some(g) = &guardian {
             g.session(&id, spec.ttl);
@@ -157,6 +161,7 @@ impl Session {
         ));
         let shared = Arc::new(Shared {
             client: client.clone(),
+            creator: creator.clone(),
             guardian,
             spec,
             state: Mutex::new(State {
@@ -298,11 +303,10 @@ impl Session {
         let old = self.id();
         let _ = self.shared.client.session_destroy(&old);
         let mut sent = BootInstant::now();
-        let id = crate::consul::retry_transient("creating a session", || {
+        let creator = &self.shared.creator;
+        let id = crate::consul::retry_transient("creating a session", creator.deadline(), || {
             sent = BootInstant::now();
-            self.shared
-                .client
-                .session_create(&request(&self.shared.spec))
+            creator.session_create(&request(&self.shared.spec))
         })?;
         ui::verbose(format_args!("replaced session {old} by {id}"));
         if let Some(g) = &self.shared.guardian {
@@ -517,6 +521,7 @@ fn renew_loop(shared: &Shared) {
                     sent + bound
                         .min(until.saturating_duration_since(sent_boot))
                         .max(every),
+                    "a confirmation must come before the deadline",
                 );
                 // Taken out so that the read runs without the lock held.
                 let confirm = {

@@ -116,8 +116,8 @@ pub(super) fn watch_command(pid: i32, events: Sender<Event>) -> bool {
 /// Reaps every child that has ended (we are a subreaper), reporting the command's end and
 /// stops. Called by the signal thread on SIGCHLD.
 pub(super) fn reap_ready() {
-    let command = COMMAND.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((pid, events)) = command.as_ref() else {
+    let mut command = COMMAND.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((pid, events)) = command.as_mut() else {
         MISSED.store(true, Ordering::SeqCst);
         return;
     };
@@ -141,10 +141,14 @@ pub(super) fn reap_ready() {
             }
         } else if libc::WIFEXITED(status) {
             let _ = events.send(Event::ChildExited(libc::WEXITSTATUS(status)));
+            // Reaped: its pid may be reused (by a process of the command that conlock
+            // adopts, say), and that process's end is not the command's.
+            *pid = 0;
         } else if libc::WIFSIGNALED(status) {
             let sig = libc::WTERMSIG(status);
             supervise::record_child_signal(sig);
             let _ = events.send(Event::ChildExited(128 + sig));
+            *pid = 0;
         }
     }
 }

@@ -24,6 +24,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::guardian::Guardian;
+use super::procfs::{self, Proc};
 use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::ui;
@@ -117,10 +118,19 @@ fn is_executable(p: &Path) -> bool {
 }
 
 fn find_program(name: &OsStr) -> Result<PathBuf> {
-    let shown = name.to_string_lossy();
+    let raw = name.to_string_lossy();
+    // Quoted as typed, so that a whole shell line does not read as one.
+    let shown = ui::shell_quote(&raw);
+    // A whole shell line given as one word is the usual `consul lock` habit.
+    let hint =
+        if raw.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
+            " (a whole shell line? use --shell)"
+        } else {
+            ""
+        };
     let check = |p: &Path| -> Result<PathBuf> {
         let meta = std::fs::metadata(p)
-            .map_err(|_| Error::NotFound(format!("command not found: {shown}")))?;
+            .map_err(|_| Error::NotFound(format!("command not found: {shown}{hint}")))?;
         if meta.is_dir() {
             return Err(Error::NotExecutable(format!(
                 "{shown} is a directory, not a command"
@@ -156,13 +166,6 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
             Err(_) => {}
         }
     }
-    // A whole shell line given as one word is the usual `consul lock` habit.
-    let hint =
-        if shown.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
-            " (a whole shell line? use --shell)"
-        } else {
-            ""
-        };
     Err(first_err.unwrap_or_else(|| {
         Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
     }))
@@ -354,16 +357,14 @@ impl Child {
     /// True while any process of the group is alive. EPERM means a member exists that
     /// we may not signal (a setuid program, say): alive too. Zombies are dead.
     pub fn group_alive(&self) -> bool {
-        !self.group_is_gone() && !super::pgroup::gone(self.pid.as_raw())
+        !self.group_is_gone() && procfs::group(self.pid.as_raw()).maybe_alive()
     }
 
     /// Whether no process has the group's ID (latched): checked right before each signal
     /// to the group, so that one sent after the leader was reaped (the group may be
     /// empty, its ID free) finds out first.
     fn group_is_gone(&self) -> bool {
-        if !self.group_gone.load(Ordering::SeqCst)
-            && super::pgroup::no_such_group(self.pid.as_raw())
-        {
+        if !self.group_gone.load(Ordering::SeqCst) && procfs::no_such_group(self.pid.as_raw()) {
             self.group_gone.store(true, Ordering::SeqCst);
         }
         self.group_gone.load(Ordering::SeqCst)
@@ -392,23 +393,19 @@ impl Child {
         }
     }
 
-    /// Live descendants that left the group and were re-parented to conlock.
-    fn escapees(&self) -> Vec<Proc> {
-        // Once the group's ID is free, a process of the command that gets it as its PID
-        // and leads a group of that ID (`setsid`) is no member of the command's group:
-        // every adopted child counts then.
-        let pgid = if self.group_gone.load(Ordering::SeqCst) {
-            i32::MIN
-        } else {
-            self.pid.as_raw()
-        };
-        adopted_children(&self.prior, pgid)
+    /// Live descendants that left the group and were re-parented to conlock; None:
+    /// cannot tell (/proc cannot be read, or is another namespace's).
+    fn escapees(&self) -> Option<Vec<Proc>> {
+        // Every live child of conlock's that was not there before the command counts, in
+        // the group or not: a group member /proc hides (hidepid) makes no group alive,
+        // and one that moves in and out of the group slips between two checks.
+        procfs::adopted_children(&self.prior, i32::MIN)
     }
 
     /// True while the group or an escaped descendant is alive. Tells the guardian what
     /// it finds gone.
     pub fn alive(&self) -> bool {
-        let alive = self.group_alive() || !self.escapees().is_empty();
+        let alive = self.group_alive() || !self.escapees().is_some_and(|e| e.is_empty());
         if alive {
             self.announce_group_gone();
         } else {
@@ -437,7 +434,7 @@ impl Child {
     }
 
     fn stop_escapees(&self, sig: Signal, done: &mut HashSet<(i32, u64)>) {
-        self.stop_these(self.escapees(), sig, done);
+        self.stop_these(self.escapees().unwrap_or_default(), sig, done);
     }
 
     fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
@@ -513,9 +510,11 @@ impl Child {
     /// conlock had before the command (the guardian).
     fn signal_outside_group(&self, sig: i32) {
         let prior: Vec<i32> = self.prior.iter().map(|&(p, _)| p).collect();
-        for (pid, st) in descendants(std::process::id() as i32, &prior) {
+        // None: /proc cannot tell; signalling by its pids could hit anything.
+        let all = procfs::descendants(std::process::id() as i32, &prior).unwrap_or_default();
+        for (pid, st) in all {
             if st.pgrp != self.pid.as_raw() {
-                signal_if_same(pid, st.start, sig);
+                procfs::signal_if_same(pid, st.start, sig);
             }
         }
     }
@@ -537,7 +536,7 @@ pub const DEADLINE_PASSED: &str =
 /// Why it was lost is decided by the claim (`Claim::confirm`, `Claim::monitor`) and by
 /// the session (`Session::deadline`, renewals).
 pub fn announce_loss(reason: &str, then: &str) {
-    ui::notice(format_args!("lock lost: {reason}; {then}"));
+    ui::alert(format_args!("lock lost: {reason}; {then}"));
     crate::events::emit("lost", serde_json::json!({ "reason": reason }));
 }
 
@@ -565,7 +564,9 @@ pub type Later = Option<(Instant, Box<dyn FnMut() -> bool>)>;
 
 /// Waits for the child while watching `events` and the session deadline; returns once the
 /// command (its process group and every escaped descendant) is gone, or with `false` if
-/// part of it survives even SIGKILL (the lock must then not be released).
+/// part of it survives even SIGKILL (the lock must then not be released). Losses, the
+/// deadline and signals are acted on until then, also while what the command left behind
+/// is being stopped after the direct child ended.
 pub fn supervise(
     child: &Child,
     events: &Receiver<Event>,
@@ -578,6 +579,10 @@ pub fn supervise(
     let mut kill_at: Option<Instant> = None;
     let mut status: Option<i32> = None;
     let mut killed = false;
+    // After the direct child ended and something of the command remained: how many
+    // rounds it was looked at, and when to give up on it once SIGKILL was sent.
+    let mut leftover_rounds: Option<u64> = None;
+    let mut give_up: Option<Instant> = None;
     // Escaped descendants that already got the kill signal.
     let mut stopped = HashSet::new();
     // Signal first, print after: the message may block (a full stderr pipe) or, before
@@ -600,7 +605,7 @@ pub fn supervise(
         announce_loss(&reason, "stopping the command");
         *lost = Some(reason);
     };
-    while status.is_none() {
+    loop {
         let now = Instant::now();
         let mut wake = now + Duration::from_secs(3600);
         // The deadline as it was before the wait: a confirmation answered while conlock
@@ -610,7 +615,10 @@ pub fn supervise(
         if lost.is_none() {
             wake = wake.min(session_deadline());
         }
-        if lost.is_some() || timed_out {
+        if leftover_rounds.is_some() {
+            // Only leftovers remain: look for them every 10 ms.
+            wake = wake.min(now + Duration::from_millis(10));
+        } else if lost.is_some() || timed_out {
             // Descendants may escape while the group is being stopped.
             wake = wake.min(now + Duration::from_millis(50));
         }
@@ -621,7 +629,10 @@ pub fn supervise(
             wake = wake.min(*at);
         }
         match events.recv_timeout(wake.saturating_duration_since(now)) {
-            Ok(Event::ChildExited(code)) => status = Some(code),
+            // The first end is the command's (its pid may be reused once it is reaped).
+            Ok(Event::ChildExited(code)) => {
+                status.get_or_insert(code);
+            }
             Ok(Event::Signal(sig)) => {
                 child.signal_raw(sig);
                 if CONTINUE_AFTER.contains(&sig) {
@@ -637,26 +648,25 @@ pub fn supervise(
             }
             Ok(Event::Lost(reason)) => {
                 if lost.is_none() {
-                    lose(
-                        reason,
-                        Instant::now(),
-                        &mut lost,
-                        &mut kill_at,
-                        &mut stopped,
-                    );
+                    // Handled late (conlock could not run, or the loop was busy): the
+                    // grace counts from the deadline if that came first.
+                    let since = Instant::now()
+                        .min(session_deadline())
+                        .min(due_before.to_instant());
+                    lose(reason, since, &mut lost, &mut kill_at, &mut stopped);
                 }
             }
             Ok(Event::MaxTime(why)) => {
                 if lost.is_none() && !timed_out {
                     child.stop_all(policy.kill_signal, &mut stopped);
                     kill_at.get_or_insert(Instant::now() + policy.grace);
-                    ui::notice(format_args!("{why}; stopping the command"));
+                    ui::alert(format_args!("{why}; stopping the command"));
                     timed_out = true;
                 }
             }
             Ok(Event::Stopped(sig)) => {
                 // While stopping the command, a stop must not stop conlock too.
-                if lost.is_none() && !timed_out {
+                if lost.is_none() && !timed_out && status.is_none() {
                     // On CLOCK_BOOTTIME: a suspend while stopped counts.
                     let deadline = BootInstant::from_instant(session_deadline());
                     ui::verbose(format_args!(
@@ -681,8 +691,10 @@ pub fn supervise(
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
-                // Cannot happen while the signal thread holds a sender; stop rather than spin.
-                status = Some(crate::error::exit::INTERNAL);
+                // Cannot happen while the signal thread holds a sender; stop rather than
+                // spin (nothing can be waited for now, so wait for the time instead).
+                status.get_or_insert(crate::error::exit::INTERNAL);
+                std::thread::sleep(wake.saturating_duration_since(Instant::now()));
             }
         }
         let now = Instant::now();
@@ -695,14 +707,32 @@ pub fn supervise(
                 }
             }
         }
+        // Once the direct child ended: is anything of the command left? Escapees are
+        // looked for every 50 ms while the group lives, every 10 ms once only they can
+        // remain; None: /proc cannot tell, so something may still run.
+        let left = status.map(|_| {
+            let round = leftover_rounds.unwrap_or(0);
+            let group = child.group_alive();
+            let escaped = if !group || round % 5 == 0 {
+                child.escapees()
+            } else {
+                Some(Vec::new())
+            };
+            let alive = group || !escaped.as_ref().is_some_and(Vec::is_empty);
+            (alive, escaped)
+        });
+        let leftovers_alive = matches!(left, Some((true, _)));
         let due = session_deadline();
-        let passed = if status.is_none() {
-            now >= due
-        } else {
-            // The guardian fires `--kill-grace` (and half a margin) after the deadline:
-            // a SIGKILL before that is not its.
-            let sent_kill = killed || (timed_out && policy.kill_signal == Signal::SIGKILL);
-            killed_past_deadline(status, sent_kill) && (due_before + policy.grace).has_passed()
+        let passed = match status {
+            None => now >= due,
+            // Leftovers that run past the deadline: lost, whatever the command's code.
+            Some(_) if leftovers_alive => now >= due,
+            Some(_) => {
+                // The guardian fires `--kill-grace` (and half a margin) after the
+                // deadline: a SIGKILL before that is not its.
+                let sent_kill = killed || (timed_out && policy.kill_signal == Signal::SIGKILL);
+                killed_past_deadline(status, sent_kill) && (due_before + policy.grace).has_passed()
+            }
         };
         if lost.is_none() && passed {
             lose(
@@ -713,16 +743,86 @@ pub fn supervise(
                 &mut stopped,
             );
         }
-        if (lost.is_some() || timed_out) && status.is_none() {
-            let sig = if killed {
-                Signal::SIGKILL
-            } else {
-                policy.kill_signal
-            };
-            child.stop_escapees(sig, &mut stopped);
+        match left {
+            None => {
+                if lost.is_some() || timed_out {
+                    let sig = if killed {
+                        Signal::SIGKILL
+                    } else {
+                        policy.kill_signal
+                    };
+                    child.stop_escapees(sig, &mut stopped);
+                }
+            }
+            Some((false, _)) => {
+                child.announce_command_gone();
+                child.flush_guardian();
+                break;
+            }
+            Some((true, escaped)) => {
+                child.announce_group_gone();
+                child.flush_guardian();
+                match leftover_rounds.as_mut() {
+                    Some(r) => {
+                        *r += 1;
+                        if killed {
+                            // The group too, every round: a process that left it at the
+                            // first SIGKILL and came back since must not survive.
+                            child.signal_group(Signal::SIGKILL);
+                        }
+                        let sig = if killed {
+                            Signal::SIGKILL
+                        } else {
+                            policy.kill_signal
+                        };
+                        child.stop_these(escaped.unwrap_or_default(), sig, &mut stopped);
+                    }
+                    None => {
+                        // The grace started with the loss or the forwarded INT/TERM, not
+                        // when the direct child exited: restarting it here let leftovers
+                        // outlive the loss by up to twice --kill-grace.
+                        if kill_at.is_none() {
+                            // The command ended on its own and left background processes:
+                            // said at the default level, since flock and `consul lock`
+                            // leave them running.
+                            // Escapees include conlock's children still in the group.
+                            let pgid = child.pid.as_raw();
+                            let outside = escaped.as_ref().map_or(0, |e| {
+                                e.iter()
+                                    .filter(|p| unsafe { libc::getpgid(p.pid) } != pgid)
+                                    .count()
+                            });
+                            let n = super::procfs::live_members(pgid)
+                                .map(|n| n + outside)
+                                .filter(|&n| n > 0);
+                            let what = match n {
+                                Some(1) => "1 process running; stopping it".to_string(),
+                                Some(n) => format!("{n} processes running; stopping them"),
+                                None => "processes running; stopping them".to_string(),
+                            };
+                            ui::alert(format_args!(
+                                "the command exited and left {what} (background processes of the command do not outlive the lock)"
+                            ));
+                        } else {
+                            ui::verbose(format_args!(
+                                "processes of the command remain (group {}); stopping them",
+                                child.pid
+                            ));
+                        }
+                        leftover_rounds = Some(1);
+                        if killed {
+                            child.stop_all(Signal::SIGKILL, &mut stopped);
+                        } else {
+                            child.stop_all(policy.kill_signal, &mut stopped);
+                        }
+                        let at = now + policy.grace;
+                        kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                    }
+                }
+            }
         }
         if let Some(k) = kill_at {
-            if now >= k && !killed && status.is_none() {
+            if now >= k && !killed {
                 child.stop_all(Signal::SIGKILL, &mut stopped);
                 ui::verbose(format_args!(
                     "grace period over; sent SIGKILL to process group {}",
@@ -731,14 +831,28 @@ pub fn supervise(
                 killed = true;
             }
         }
+        if killed && leftover_rounds.is_some() {
+            // SIGKILL reaches whatever may be signalled within moments; what is left after
+            // this long survives it (or may not be signalled).
+            let until = *give_up.get_or_insert(now + LEFTOVER_KILL_WAIT);
+            if now >= until {
+                return (outcome_of(lost, timed_out, status), false);
+            }
+        }
     }
-    let gone = stop_leftovers(child, policy, kill_at, &mut stopped);
-    let outcome = match lost {
+    (outcome_of(lost, timed_out, status), true)
+}
+
+/// How long what is left of the command may take to go after SIGKILL before it counts
+/// as surviving it.
+const LEFTOVER_KILL_WAIT: Duration = Duration::from_secs(10);
+
+fn outcome_of(lost: Option<String>, timed_out: bool, status: Option<i32>) -> Outcome {
+    match lost {
         Some(reason) => Outcome::Lost(reason),
         None if timed_out => Outcome::MaxTime,
         None => Outcome::Exited(status.unwrap_or(crate::error::exit::INTERNAL)),
-    };
-    (outcome, gone)
+    }
 }
 
 /// Whether the command's end, seen once the session deadline had passed, is a loss: a
@@ -749,365 +863,6 @@ fn killed_past_deadline(status: Option<i32>, killed_by_conlock: bool) -> bool {
     status == Some(128 + libc::SIGKILL) && !killed_by_conlock
 }
 
-/// Processes the child left behind, in its group or escaped from it, must not outlive
-/// the lock. `kill_at`: the SIGKILL time already set by a loss or a forwarded INT/TERM.
-/// False if part of the command survives SIGKILL.
-fn stop_leftovers(
-    child: &Child,
-    policy: StopPolicy,
-    kill_at: Option<Instant>,
-    stopped: &mut HashSet<(i32, u64)>,
-) -> bool {
-    if !child.alive() {
-        return true;
-    }
-    ui::verbose(format_args!(
-        "processes of the command remain (group {}); stopping them",
-        child.pid
-    ));
-    child.stop_all(policy.kill_signal, stopped);
-    // The grace period started with the loss or the forwarded INT/TERM, not when the
-    // direct child exited: restarting it here let leftovers outlive the loss by up to
-    // twice --kill-grace (past the lock-delay that --kill-grace is meant to stay under).
-    let mut grace_end = Instant::now() + policy.grace;
-    if let Some(k) = kill_at {
-        grace_end = grace_end.min(k);
-    }
-    if wait_gone(child, grace_end, policy.kill_signal, stopped) {
-        return true;
-    }
-    child.stop_all(Signal::SIGKILL, stopped);
-    wait_gone(
-        child,
-        Instant::now() + Duration::from_secs(10),
-        Signal::SIGKILL,
-        stopped,
-    )
-}
-
-/// Waits until the command is gone; escaped descendants that show up meanwhile (their
-/// parent just died) get `sig` too. /proc is scanned every 50 ms while the group lives,
-/// every 10 ms once only escapees can remain.
-fn wait_gone(
-    child: &Child,
-    until: Instant,
-    sig: Signal,
-    stopped: &mut HashSet<(i32, u64)>,
-) -> bool {
-    for round in 0u64.. {
-        let group = child.group_alive();
-        let escaped = if !group || round % 5 == 0 {
-            child.escapees()
-        } else {
-            Vec::new()
-        };
-        if !group && escaped.is_empty() {
-            child.announce_command_gone();
-            return true;
-        }
-        child.announce_group_gone();
-        child.flush_guardian();
-        if Instant::now() >= until {
-            return false;
-        }
-        child.stop_these(escaped, sig, stopped);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-/// A process re-parented to conlock.
-struct Proc {
-    pid: i32,
-    /// Start time in clock ticks since boot: with the pid, an identity that survives reuse.
-    start: u64,
-}
-
-impl Proc {
-    /// Signals the process only if it is still this process and still ours: through a
-    /// pidfd, so that a pid reaped and reused in between is never hit. One whose stat
-    /// cannot be read (hidepid) is checked through the pidfd alone: still conlock's child,
-    /// not exited. Returns whether the signal was sent.
-    fn signal(&self, sig: Signal) -> bool {
-        let me = std::process::id() as i32;
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) } as i32;
-        let still_ours = || {
-            if self.start == UNREADABLE {
-                return fd >= 0 && unexited_child(fd);
-            }
-            proc_stat(self.pid)
-                .is_some_and(|st| st.ppid == me && st.start == self.start && st.state != b'Z')
-        };
-        if fd < 0 {
-            // Kernels before 5.3: a narrow race with the signal thread's reaping remains.
-            return still_ours() && kill(Pid::from_raw(self.pid), sig).is_ok();
-        }
-        let sent = still_ours()
-            && unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd,
-                    sig as i32,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            } == 0;
-        unsafe { libc::close(fd) };
-        sent
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Stat {
-    state: u8,
-    ppid: i32,
-    pgrp: i32,
-    session: i32,
-    start: u64,
-}
-
-impl Stat {
-    pub(super) fn start(&self) -> u64 {
-        self.start
-    }
-}
-
-/// The start time of a process whose stat cannot be read: matches no real one.
-const UNREADABLE: u64 = u64::MAX;
-
-/// True if the process behind `pidfd` is conlock's child and has not exited: `waitid`
-/// answers ECHILD for another's process, and reports an exit without reaping it.
-fn unexited_child(pidfd: i32) -> bool {
-    const P_PIDFD: libc::idtype_t = 3;
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let r = unsafe {
-        libc::waitid(
-            P_PIDFD,
-            pidfd as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    r == 0 && unsafe { info.si_pid() } == 0
-}
-
-/// True unless no process has this pid (a zombie exists; EPERM means it exists).
-fn exists(pid: i32) -> bool {
-    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
-}
-
-/// Fields of /proc/<pid>/stat; the command name may contain spaces, parentheses and
-/// bytes that are not UTF-8 (it comes from a file name).
-fn proc_stat(pid: i32) -> Option<Stat> {
-    #[cfg(test)]
-    if tests::hidden(pid) {
-        return None;
-    }
-    let text = read_proc(&format!("/proc/{pid}/stat"))?;
-    let after_name = text.iter().rposition(|&b| b == b')')? + 1;
-    let rest = std::str::from_utf8(&text[after_name..]).ok()?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(3) ppid(4) pgrp(5) session(6) … starttime(22).
-    Some(Stat {
-        state: *f.first()?.as_bytes().first()?,
-        ppid: f.get(1)?.parse().ok()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        session: f.get(3)?.parse().ok()?,
-        start: f.get(19)?.parse().ok()?,
-    })
-}
-
-/// A small /proc file, read whole in 1 KiB reads: a stat for a size hint (procfs reports
-/// 0) and a buffer grown from 32 bytes, a read each, as `fs::read` does, cost more.
-fn read_proc(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let (mut buf, mut chunk) = (Vec::new(), [0u8; 1024]);
-    loop {
-        match file.read(&mut chunk) {
-            Ok(0) => return Some(buf),
-            Ok(n) => {
-                #[cfg(test)]
-                tests::between_reads(path, buf.len());
-                buf.extend_from_slice(&chunk[..n])
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-/// The pids in /proc/self/task/<tid>/children. The kernel resumes each step of a listing
-/// from a position (or from the child shown last, if that is still a child): a child
-/// reaped meanwhile shifts the rest, and the live child after it is not shown. So a
-/// listing counts once two in a row are the same: the reaped child, shown in the first,
-/// is missing from the second. If they never settle (children come and go as fast as
-/// they are listed), every pid that any of the listings showed, and false: a live child
-/// is missed by a listing only if an entry before it is reaped during that listing, and
-/// each entry is reaped once, but that is not proof; the caller reads again.
-fn children_of(tid: u32) -> Option<(Vec<i32>, bool)> {
-    let path = format!("/proc/self/task/{tid}/children");
-    let pids = |text: &[u8]| -> Vec<i32> {
-        String::from_utf8_lossy(text)
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-            .collect()
-    };
-    let mut last = read_proc(&path)?;
-    let mut seen: HashSet<i32> = HashSet::new();
-    for _ in 0..16 {
-        let again = read_proc(&path)?;
-        if again == last {
-            return Some((pids(&again), true));
-        }
-        seen.extend(pids(&last));
-        last = again;
-    }
-    seen.extend(pids(&last));
-    Some((seen.into_iter().collect(), false))
-}
-
-/// Every live (not zombie) descendant of `root`, leaving out the subtrees of `skip`.
-pub(super) fn descendants(root: i32, skip: &[i32]) -> Vec<(i32, Stat)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let all: Vec<(i32, Stat)> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| Some((pid, proc_stat(pid)?)))
-        .collect();
-    let mut out = Vec::new();
-    let mut parents = vec![root];
-    while let Some(parent) = parents.pop() {
-        for (pid, st) in &all {
-            if st.ppid == parent && !skip.contains(pid) && *pid != root {
-                parents.push(*pid);
-                if st.state != b'Z' {
-                    out.push((*pid, *st));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Whether `pid` is still the process that started at `start`.
-pub(super) fn is_process(pid: i32, start: u64) -> bool {
-    proc_stat(pid).is_some_and(|st| st.start == start)
-}
-
-/// Signals `pid` only if it is still the process that started at `start` (a reused pid
-/// is left alone; the window between the check and the signal is a few microseconds).
-pub(super) fn signal_if_same(pid: i32, start: u64, sig: i32) {
-    if is_process(pid, start) {
-        unsafe { libc::kill(pid, sig) };
-    }
-}
-
-/// conlock's live (not zombie) children outside process group `pgid` and not in `prior`.
-/// /proc lists only thread-group leaders, so conlock's own threads never show up.
-fn adopted_children(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
-    let me = std::process::id() as i32;
-    // A child that dies between the read of the children lists and the read of its stat
-    // hands its own children to us in that gap, and they are in neither read: so while a
-    // pass finds a child newly dead (zombie or gone), read the lists again. Once it shows
-    // dead, its children are already on our lists.
-    let mut dead: Vec<i32> = Vec::new();
-    let mut found = Vec::new();
-    for _ in 0..64 {
-        let Some((candidates, settled)) = own_children() else {
-            return adopted_from_proc_scan(prior, pgid);
-        };
-        // Listings that never settled are read again, as after a death.
-        let mut newly_dead = !settled;
-        found.clear();
-        for pid in candidates {
-            match proc_stat(pid) {
-                Some(st) if st.state != b'Z' => {
-                    let ours = st.ppid == me && st.pgrp != pgid;
-                    if ours && !prior.contains(&(pid, st.start)) {
-                        found.push(Proc {
-                            pid,
-                            start: st.start,
-                        });
-                    }
-                }
-                // Listed but unreadable: /proc hides it (mounted with hidepid, and it runs
-                // as another user or is not dumpable, as ssh-agent), or the read failed.
-                // Alive, it counts. `Proc::signal` checks it through a pidfd alone; where
-                // that cannot be done, it survives, and conlock keeps the claim until it
-                // is gone.
-                None if exists(pid) => {
-                    // getpgid needs no /proc: a member of the command's group is the
-                    // group's (and keeps it alive), not an escapee.
-                    let escaped = unsafe { libc::getpgid(pid) } != pgid;
-                    if escaped && !prior.iter().any(|&(p, _)| p == pid) {
-                        found.push(Proc {
-                            pid,
-                            start: UNREADABLE,
-                        });
-                    }
-                }
-                _ if !dead.contains(&pid) => {
-                    dead.push(pid);
-                    newly_dead = true;
-                }
-                _ => {}
-            }
-        }
-        if !newly_dead {
-            return found;
-        }
-    }
-    // Children die faster than they are read: what the last pass found, and what a scan
-    // of every process finds (it cannot see one that /proc hides).
-    for p in adopted_from_proc_scan(prior, pgid) {
-        if !found.iter().any(|f| (f.pid, f.start) == (p.pid, p.start)) {
-            found.push(p);
-        }
-    }
-    found
-}
-
-/// `adopted_children` where /proc/self/task/*/children is missing: every process is read.
-/// A grandchild read before its parent dies (pids wrap, so it may come first) is
-/// re-parented to conlock after it was read: the scan is repeated until two in a row
-/// find the same.
-fn adopted_from_proc_scan(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
-    let key =
-        |procs: &[Proc]| -> Vec<(i32, u64)> { procs.iter().map(|p| (p.pid, p.start)).collect() };
-    let mut last = proc_scan_once(prior, pgid);
-    for _ in 0..8 {
-        let again = proc_scan_once(prior, pgid);
-        if key(&again) == key(&last) {
-            break;
-        }
-        last = again;
-    }
-    last
-}
-
-fn proc_scan_once(prior: &[(i32, u64)], pgid: i32) -> Vec<Proc> {
-    let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<i32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .collect();
-    pids.sort_unstable();
-    pids.into_iter()
-        .filter_map(|pid| {
-            let st = proc_stat(pid)?;
-            let ours = st.ppid == me && st.state != b'Z' && st.pgrp != pgid;
-            (ours && !prior.contains(&(pid, st.start))).then_some(Proc {
-                pid,
-                start: st.start,
-            })
-        })
-        .collect()
-}
-
 /// conlock's children from before the command (the guardian, children inherited across
 /// the exec that started conlock): never the command's. Taken before the wait, so that a
 /// waiter that acquires spawns sooner; no child of conlock's appears in between.
@@ -1115,7 +870,7 @@ pub struct Prior(Vec<(i32, u64)>);
 
 impl Prior {
     pub fn now() -> Prior {
-        Prior(prior_children())
+        Prior(procfs::prior_children())
     }
 
     /// As (pid, start time).
@@ -1124,49 +879,12 @@ impl Prior {
     }
 }
 
-/// As (pid, start time), from the same lists as `own_children`.
-fn prior_children() -> Vec<(i32, u64)> {
-    match own_children() {
-        // One that cannot be read is known by its pid alone (see `adopted_children`).
-        Some((pids, _)) => pids
-            .into_iter()
-            .map(|pid| (pid, proc_stat(pid).map_or(UNREADABLE, |st| st.start)))
-            .collect(),
-        None => adopted_children(&[], 0)
-            .into_iter()
-            .map(|p| (p.pid, p.start))
-            .collect(),
-    }
-}
-
-/// conlock's children that can matter here, from /proc/self/task/<tid>/children: those of
-/// the calling thread (the one that spawned the command) and those of the leader (the
-/// first live thread, which gets every orphan re-parented to conlock, and the children of
-/// an exiting thread). No other thread forks, so two lists at most (one in conlock, where
-/// the leader supervises) instead of one per thread. None where the kernel lacks the file
-/// (CONFIG_PROC_CHILDREN); the caller then scans /proc.
-/// With it, whether the listings settled (see `children_of`).
-fn own_children() -> Option<(Vec<i32>, bool)> {
-    let leader = std::process::id();
-    let me = unsafe { libc::gettid() } as u32;
-    let (mut pids, mut settled) = (Vec::new(), true);
-    if me != leader {
-        let (mine, ok) = children_of(me)?;
-        pids.extend(mine);
-        settled &= ok;
-    }
-    // The leader last, so that a child handed to it by an exiting thread meanwhile is read.
-    let (leaders, ok) = children_of(leader)?;
-    pids.extend(leaders);
-    Some((pids, settled && ok))
-}
-
 /// True when conlock's process group is provably not orphaned: its parent (a shell with
 /// job control) is in the same session but another group, so a stop signal is not
 /// discarded and the shell will see it.
 fn own_group_has_job_control() -> bool {
     let (ppid, pgrp, sid) = unsafe { (libc::getppid(), libc::getpgrp(), libc::getsid(0)) };
-    proc_stat(ppid).is_some_and(|p| p.session == sid && p.pgrp != pgrp)
+    procfs::stat(ppid).is_some_and(|p| p.session == sid && p.pgrp != pgrp)
 }
 
 /// Stops the handler of `conlock watch` (or any process group) as `run` stops its
@@ -1243,8 +961,104 @@ pub(super) unsafe fn give_terminal(pgid: libc::pid_t) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::CommandExt;
-    use std::process::Command;
+
+    /// Runs the test `name` alone in a process of its own (this test binary, filtered to
+    /// it), and says whether this is that process: supervising counts every child of the
+    /// process outside the command's group as escaped, so the children of tests running
+    /// beside it would be signalled and waited for.
+    fn alone(name: &str) -> bool {
+        if std::env::var_os("CONLOCK_UNIT_ALONE").is_some() {
+            return true;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--test-threads=1", "--nocapture"])
+            .env("CONLOCK_UNIT_ALONE", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{name} alone: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        false
+    }
+
+    /// A loss the loop handles after the deadline passed (it could not run, or was busy)
+    /// got a fresh grace from the moment it was handled: the command got its stop signal
+    /// (and ran its handler) and SIGKILL a whole grace later, beside the next holder. The
+    /// grace counts from the deadline now: here it is over, so SIGKILL at once and no TERM.
+    #[test]
+    fn a_loss_handled_after_the_deadline_counts_the_grace_from_the_deadline() {
+        if !alone("hold::supervise::tests::a_loss_handled_after_the_deadline_counts_the_grace_from_the_deadline") {
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let dir = std::env::temp_dir().join(format!("conlock-late-loss-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (termed, ready) = (dir.join("term"), dir.join("ready"));
+        let mut c = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap 'touch {}' TERM; touch {}; while :; do sleep 0.05; done",
+                termed.display(),
+                ready.display()
+            ))
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        let until = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(Instant::now() < until, "the command never set its trap");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let child = Child {
+            pid: Pid::from_raw(pid),
+            terminal: false,
+            prior: Vec::new(),
+            group_gone: AtomicBool::new(false),
+            group_gone_told: AtomicBool::new(false),
+            command_gone_told: AtomicBool::new(false),
+            guardian: None,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The loss is queued when the loop first looks, 20 s after the deadline.
+        tx.send(Event::Lost("lost late".into())).unwrap();
+        let waiter = std::thread::spawn(move || {
+            let st = c.wait().unwrap();
+            let code = std::os::unix::process::ExitStatusExt::signal(&st).map_or(0, |s| 128 + s);
+            let _ = tx.send(Event::ChildExited(code));
+            st
+        });
+        let due = Instant::now()
+            .checked_sub(Duration::from_secs(20))
+            .expect("up for more than 20 s");
+        let policy = StopPolicy {
+            kill_signal: Signal::SIGTERM,
+            grace: Duration::from_secs(10),
+        };
+        let started = Instant::now();
+        let (outcome, gone) = supervise(&child, &rx, &|| due, policy, &mut None);
+        let took = started.elapsed();
+        let status = waiter.join().unwrap();
+        // The shell's trap runs between its sleeps: give a TERM time to show.
+        std::thread::sleep(Duration::from_millis(300));
+        let got_term = termed.exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(outcome, Outcome::Lost("lost late".into()));
+        assert!(gone);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        assert!(
+            !got_term,
+            "the command got its stop signal after its grace was over"
+        );
+        assert!(took < Duration::from_secs(8), "SIGKILL after {took:?}");
+    }
 
     /// Past the deadline, only a SIGKILL conlock did not send (the guardian's) turns the
     /// command's end into a loss; it exited 137 before (conlock suspended, or stopped
@@ -1256,302 +1070,6 @@ mod tests {
         assert!(!killed_past_deadline(Some(0), false));
         assert!(!killed_past_deadline(Some(143), false));
         assert!(!killed_past_deadline(None, false));
-    }
-
-    /// `sleep 30` in a process group of its own.
-    fn sleeper() -> std::process::Child {
-        Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap()
-    }
-
-    /// `sleeper()` run through a symlink called `name` (the process's name), and the
-    /// folder to remove after.
-    fn sleeper_named(tag: &str, name: &std::ffi::OsStr) -> (std::process::Child, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("conlock-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
-        // argv[0] "sleep", for a multi-call sleep (busybox); the name comes from the file.
-        let child = Command::new(&link)
-            .arg0("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        (child, dir)
-    }
-
-    type ReadHook = Box<dyn FnMut(&str, usize)>;
-
-    thread_local! {
-        /// Runs after each read of a /proc file (its path, the bytes read before it), on
-        /// the thread that set it.
-        static BETWEEN_READS: std::cell::RefCell<Option<ReadHook>> =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    thread_local! {
-        /// A pid whose stat reads as hidden (as /proc mounted with hidepid shows another
-        /// user's process), on the thread that set it.
-        static HIDDEN: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
-    }
-
-    pub(super) fn hidden(pid: i32) -> bool {
-        HIDDEN.with(|h| h.get() == pid)
-    }
-
-    /// A child conlock cannot read (hidepid, another user's) read as gone: released while
-    /// it ran. Found by review. It counts as alive now (see the pidfd test for its signal).
-    #[test]
-    fn a_child_whose_stat_is_hidden_counts_as_alive() {
-        let mut c = sleeper();
-        let pid = c.id() as i32;
-        HIDDEN.with(|h| h.set(pid));
-        let found: Vec<(i32, u64)> = adopted_children(&[], 0)
-            .iter()
-            .map(|p| (p.pid, p.start))
-            .collect();
-        // Known from before the command: not counted.
-        let prior = Prior::now();
-        let after_prior = adopted_children(&prior.0, 0).iter().any(|p| p.pid == pid);
-        let _ = c.kill();
-        let _ = c.wait();
-        let gone = adopted_children(&[], 0).iter().any(|p| p.pid == pid);
-        HIDDEN.with(|h| h.set(0));
-        assert!(found.contains(&(pid, UNREADABLE)), "{found:?}");
-        assert!(!after_prior);
-        assert!(!gone, "a reaped child still counted");
-    }
-
-    pub(super) fn between_reads(path: &str, before: usize) {
-        BETWEEN_READS.with(|hook| {
-            if let Some(run) = hook.borrow_mut().as_mut() {
-                run(path, before)
-            }
-        });
-    }
-
-    /// The kernel resumes a children list from a position: a child reaped between two
-    /// reads shifted the rest, and the live child after the gap was never shown. A zombie
-    /// already seen in an earlier pass and reaped in the middle of the next listing was
-    /// not a new death, so nothing read the list again. Found by review: conlock could
-    /// release while that child ran.
-    #[test]
-    fn a_child_reaped_during_a_listing_does_not_hide_another() {
-        let zombie = Command::new("true").spawn().unwrap().id() as i32;
-        // Enough children after it that a listing takes more than one read.
-        let mut live: Vec<_> = (0..250)
-            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
-            .collect();
-        let exited = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            proc_stat(zombie).is_some_and(|st| st.state == b'Z')
-        });
-        // The zombie is seen in the first listing of this thread's children; it is reaped
-        // after the first read of the second.
-        let ours = format!("/proc/self/task/{}/children", unsafe { libc::gettid() });
-        let reaped = std::rc::Rc::new(std::cell::Cell::new(false));
-        let (mut listings, flag) = (0, reaped.clone());
-        BETWEEN_READS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
-                if path == ours && before == 0 {
-                    listings += 1;
-                    if listings == 2 && !flag.get() {
-                        let r = unsafe { libc::waitpid(zombie, std::ptr::null_mut(), 0) };
-                        flag.set(r == zombie);
-                    }
-                }
-            }))
-        });
-        let found: Vec<i32> = adopted_children(&[], -1).iter().map(|p| p.pid).collect();
-        BETWEEN_READS.with(|hook| *hook.borrow_mut() = None);
-        let missing: Vec<i32> = live
-            .iter()
-            .map(|c| c.id() as i32)
-            .filter(|pid| !found.contains(pid))
-            .collect();
-        for c in &mut live {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        assert!(exited, "true never exited");
-        assert!(reaped.get(), "the zombie was not reaped during a listing");
-        assert_eq!(missing, Vec::<i32>::new(), "live children not listed");
-    }
-
-    /// Listings that never settle (a child added during each one) give every pid they
-    /// showed; before, conlock fell back to a scan of /proc, which cannot see a process
-    /// that /proc hides. Found by review.
-    #[test]
-    fn listings_that_never_settle_still_show_every_child() {
-        let mut c = sleeper();
-        let pid = c.id() as i32;
-        HIDDEN.with(|h| h.set(pid));
-        let ours = format!("/proc/self/task/{}/children", unsafe { libc::gettid() });
-        let added = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let adding = added.clone();
-        BETWEEN_READS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move |path: &str, before: usize| {
-                if path == ours && before == 0 {
-                    adding.borrow_mut().push(sleeper());
-                }
-            }))
-        });
-        let (listed, settled) = children_of(unsafe { libc::gettid() } as u32).unwrap();
-        let found = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
-        BETWEEN_READS.with(|hook| *hook.borrow_mut() = None);
-        HIDDEN.with(|h| h.set(0));
-        for k in added.borrow_mut().iter_mut().chain([&mut c]) {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
-        assert!(listed.contains(&pid), "{pid} not in {listed:?}");
-        assert!(!settled);
-        assert!(found, "the hidden child {pid} was missed");
-    }
-
-    /// A child whose stat /proc hides (ssh-agent is not dumpable, so hidepid hides it even
-    /// from its own user) was never signalled: conlock held the claim until something else
-    /// ended it. Found by review. It is signalled through a pidfd now.
-    #[test]
-    fn a_child_whose_stat_is_hidden_is_signalled_through_a_pidfd() {
-        let mut c = sleeper();
-        let pid = c.id() as i32;
-        HIDDEN.with(|h| h.set(pid));
-        let hidden = Proc {
-            pid,
-            start: UNREADABLE,
-        };
-        let sent = hidden.signal(Signal::SIGKILL);
-        let status = c.wait().unwrap();
-        // Reaped: no longer a child of ours, so nothing is sent.
-        let again = hidden.signal(Signal::SIGKILL);
-        HIDDEN.with(|h| h.set(0));
-        assert!(sent, "not sent");
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc::SIGKILL)
-        );
-        assert!(!again, "sent to a pid that is no longer ours");
-    }
-
-    #[test]
-    fn reads_own_stat_and_finds_spawned_children() {
-        let me = proc_stat(std::process::id() as i32).expect("own stat");
-        assert_eq!(me.pgrp, unsafe { libc::getpgrp() });
-        assert_eq!(me.session, unsafe { libc::getsid(0) });
-        assert!(me.start > 0);
-        let before: Vec<(i32, u64)> = adopted_children(&[], 0)
-            .into_iter()
-            .map(|p| (p.pid, p.start))
-            .collect();
-        // A name with spaces and parentheses must not shift the fields.
-        let (mut c, dir) = sleeper_named("stat", "a) b (c".as_ref());
-        let pid = c.id() as i32;
-        let found = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            adopted_children(&before, 0).iter().any(|p| p.pid == pid)
-        });
-        // Excluded as part of its own group, or as known before.
-        let in_group = adopted_children(&before, pid).iter().any(|p| p.pid == pid);
-        let _ = c.kill();
-        let _ = c.wait();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(found, "child {pid} not listed");
-        assert!(!in_group);
-        assert!(!adopted_children(&before, 0).iter().any(|p| p.pid == pid));
-    }
-
-    /// A command may be named by any bytes, and its escapees too: one whose name is not
-    /// UTF-8 read as "gone", so it was neither stopped nor waited for.
-    #[test]
-    fn a_child_named_with_bytes_that_are_not_utf8_is_listed() {
-        use std::os::unix::ffi::OsStrExt;
-        let (mut c, dir) = sleeper_named("utf8", std::ffi::OsStr::from_bytes(b"sl\xffe) p"));
-        let pid = c.id() as i32;
-        // Listed once its exec has set the name.
-        let name_set = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|t| t.contains(&0xff))
-        });
-        let st = proc_stat(pid);
-        let adopted = adopted_children(&[], 0).iter().any(|p| p.pid == pid);
-        let _ = c.kill();
-        let _ = c.wait();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(name_set, "the exec never set the name");
-        assert_eq!(
-            st.map(|s| (s.ppid, s.pgrp)),
-            Some((std::process::id() as i32, pid))
-        );
-        assert!(adopted, "child {pid} not listed");
-    }
-
-    /// A child that exits while we list our children hands its own child to us (we are a
-    /// subreaper, as conlock is): every listing must show one or the other. Found by
-    /// review: the grandchild slipped through the gap between the children lists and the
-    /// child's stat, and conlock released while it ran.
-    #[test]
-    fn a_dying_childs_child_is_never_missed() {
-        use std::io::Read;
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        let mut misses = 0;
-        for _ in 0..150 {
-            let mut p = Command::new("sh")
-                .args(["-c", "sleep 30 & echo $!; exec sleep 0.002"])
-                .process_group(0)
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            let mut out = p.stdout.take().unwrap();
-            let mut byte = [0u8; 1];
-            while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
-                line.push(byte[0] as char);
-            }
-            let (pp, e) = (p.id() as i32, line.trim().parse::<i32>().unwrap());
-            loop {
-                let listed = adopted_children(&[], -1);
-                let has = |x: i32| listed.iter().any(|c| c.pid == x);
-                if has(e) {
-                    break;
-                }
-                if !has(pp) {
-                    misses += 1;
-                    break;
-                }
-            }
-            unsafe { libc::kill(e, libc::SIGKILL) };
-            let _ = p.wait();
-            unsafe { libc::waitpid(e, std::ptr::null_mut(), 0) };
-        }
-        assert_eq!(
-            misses, 0,
-            "listings that showed neither the child nor its child"
-        );
-    }
-
-    #[test]
-    fn own_children_lists_children_of_threads_that_exited() {
-        // A child forked by a thread that then exits moves to another thread of ours.
-        let mut c = std::thread::spawn(|| Command::new("sleep").arg("30").spawn().unwrap())
-            .join()
-            .unwrap();
-        let pid = c.id() as i32;
-        let listed = own_children().map(|(pids, _)| pids.contains(&pid));
-        let adopted = adopted_children(&[], -1).iter().any(|p| p.pid == pid);
-        let _ = c.kill();
-        let _ = c.wait();
-        assert_eq!(
-            listed,
-            Some(true),
-            "/proc/self/task/*/children misses {pid}"
-        );
-        assert!(adopted);
     }
 
     #[test]

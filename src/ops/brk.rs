@@ -8,12 +8,13 @@ use super::{inspect, Holder, Snapshot, Target};
 use crate::consul::CONSUL_MAX_LOCK_DELAY;
 use crate::consul::{Client, QueryOptions};
 use crate::error::{Error, Result};
+use crate::ui;
 
 pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -> Result<i32> {
     let (snap, _) = inspect(client, target, QueryOptions::default())?;
     let chosen: Vec<Holder> = match (session, snap.holders()) {
         (_, hs) if hs.is_empty() => {
-            println!("nothing to break: {} has no holder", name(&snap));
+            ui::out(format!("nothing to break: {} has no holder\n", name(&snap)))?;
             return Ok(0);
         }
         (Some(s), hs) => {
@@ -30,7 +31,7 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
     };
     let list = chosen
         .iter()
-        .map(Holder::describe)
+        .map(Holder::describe_session)
         .collect::<Vec<_>>()
         .join(", ");
     if !yes {
@@ -39,43 +40,50 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
                 "refusing to break without --yes: stdin is not a terminal to confirm on".into(),
             ));
         }
-        eprint!(
-            "Destroy the session of {list} holding {}? [y/N] ",
+        // Not eprint!, which panics when stderr is closed.
+        let _ = write!(
+            std::io::stderr(),
+            "Destroy {list}, holding {}? [y/N] ",
             name(&snap)
         );
-        let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-            println!("nothing done");
+            ui::out("nothing done\n")?;
             return Ok(1);
         }
     }
+    // A closed stdout does not stop the breaking: it is reported once all is done.
+    let mut unwritten = None;
     for h in &chosen {
         client.session_destroy(&h.session)?;
-        match &snap {
+        let line = match &snap {
             Snapshot::Lock { key, .. } => {
                 let delay = applied_delay(h);
-                println!(
-                    "destroyed session {} of {}; {key} can be acquired again after {delay} (lock-delay)",
-                    h.session,
-                    h.describe()
-                );
+                format!(
+                    "destroyed {}; {key} can be acquired again after {delay} (lock-delay)\n",
+                    h.describe_session()
+                )
             }
             Snapshot::Semaphore { prefix, .. } => {
                 // The slot is not handed out here: the holder's command may still run.
                 // The holder frees it once its command is gone; if it cannot, conlock
                 // waiters take it back after its cushion (its lock-delay).
                 let cushion = applied_delay(h);
-                println!(
-                    "destroyed session {} of {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot",
-                    h.session,
-                    h.describe()
-                );
+                format!(
+                    "destroyed {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot\n",
+                    h.describe_session()
+                )
             }
+        };
+        if unwritten.is_none() {
+            unwritten = ui::out(line).err();
         }
     }
-    Ok(0)
+    match unwritten {
+        Some(e) => Err(e.into()),
+        None => Ok(0),
+    }
 }
 
 /// The holder's lock-delay as Consul applies it (at most 60 s), for messages.

@@ -151,8 +151,8 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
     if let Some(p) = pair {
         if p.flags != LOCK_FLAGS {
             return Err(Error::Conflict(format!(
-                "key {key:?} is not a conlock/consul lock (Flags {:#x})",
-                p.flags
+                "key {key:?} is {}, not a lock's",
+                crate::claim::key_kind(p.flags)
             )));
         }
     }
@@ -200,8 +200,8 @@ pub fn inspect(client: &Client, target: &Target, q: QueryOptions) -> Result<(Sna
             if let (Target::Semaphore(_), Some(l)) = (target, lock) {
                 if l.flags != SEMAPHORE_FLAGS {
                     return Err(Error::Conflict(format!(
-                        "{lock_key} is not a semaphore's .lock (Flags {:#x}); drop --kind semaphore to read it as a lock",
-                        l.flags
+                        "{lock_key} is {}, not a semaphore's; drop --kind semaphore to read it as a lock",
+                        crate::claim::key_kind(l.flags)
                     )));
                 }
             }

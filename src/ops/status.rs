@@ -8,14 +8,15 @@ use crate::error::Result;
 
 pub fn run(client: &Client, target: &Target, json: bool) -> Result<i32> {
     let (snap, _) = inspect(client, target, QueryOptions::default())?;
-    if json {
-        println!(
-            "{}",
+    let text = if json {
+        format!(
+            "{}\n",
             serde_json::to_string_pretty(&snap.to_json()).expect("json")
-        );
+        )
     } else {
-        print!("{}", render(&snap, SystemTime::now()));
-    }
+        render(&snap, SystemTime::now())
+    };
+    crate::ui::out(text)?;
     Ok(snap.exit_code())
 }
 
@@ -76,10 +77,15 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             ..
         } => {
             rows.push(("semaphore".into(), prefix.clone()));
-            let limit_s = limit.map_or("unknown (no .lock yet)".to_string(), |l| l.to_string());
             rows.push((
                 "slots".into(),
-                format!("{} of {limit_s} held", holders.len()),
+                match limit {
+                    Some(l) => format!("{} of {l} held", holders.len()),
+                    None => format!(
+                        "{} held; the limit is not known yet (no .lock)",
+                        holders.len()
+                    ),
+                },
             ));
             rows.push(("waiting".into(), waiting.to_string()));
             for (i, h) in holders.iter().enumerate() {
@@ -220,9 +226,14 @@ mod tests {
             h.describe(),
             "consul-lock-holder-on-web-3 (session \"conlock: job on h\")"
         );
+        assert_eq!(
+            h.describe_session(),
+            "session abc of consul-lock-holder-on-web-3 (\"conlock: job on h\")"
+        );
         h.value = serde_json::Value::Null;
         h.name = None;
         assert_eq!(h.describe(), "session abc");
+        assert_eq!(h.describe_session(), "session abc");
     }
 
     #[test]

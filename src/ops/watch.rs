@@ -60,14 +60,18 @@ pub fn run(
                 backoff = Duration::from_millis(500);
                 index = next_index(index, meta.index);
                 for change in diff(client, target, prev.as_ref(), &snap, meta.index) {
-                    println!(
-                        "{}",
-                        if json {
-                            to_json(&change).to_string()
-                        } else {
-                            to_line(&change)
+                    let line = if json {
+                        to_json(&change).to_string()
+                    } else {
+                        to_line(&change)
+                    };
+                    if let Err(e) = ui::out(line + "\n") {
+                        // Nobody reads the lines any more: end as on SIGTERM.
+                        if let Some(h) = &handler {
+                            h.close(libc::SIGTERM);
                         }
-                    );
+                        return Err(e.into());
+                    }
                     if let Some(h) = &handler {
                         h.submit(env_for(&change));
                     }
@@ -230,6 +234,7 @@ struct Running {
 /// SIGINT, SIGTERM, SIGHUP or SIGQUIT: that signal and SIGCONT, a grace, then SIGKILL.
 struct HandlerRunner {
     pending: Arc<(Mutex<Option<Env>>, Condvar)>,
+    running: Arc<Mutex<Running>>,
 }
 
 impl HandlerRunner {
@@ -238,6 +243,13 @@ impl HandlerRunner {
         stop_handler_on_signals(running.clone())?;
         let pending: Arc<(Mutex<Option<Env>>, Condvar)> = Arc::default();
         let shared = pending.clone();
+        let ours = running.clone();
+        let shown = program
+            .argv
+            .iter()
+            .map(|a| ui::shell_quote(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
         std::thread::spawn(move || loop {
             let env = {
                 let (lock, cv) = &*shared;
@@ -277,19 +289,57 @@ impl HandlerRunner {
             running.lock().unwrap_or_else(|e| e.into_inner()).pgid = None;
             match status {
                 Ok(st) if !st.success() => {
-                    ui::warn(format_args!("handler {} exited with {st}", program.display))
+                    ui::warn(format_args!("the handler ({shown}) {}", describe_exit(st)))
                 }
                 Ok(_) => {}
-                Err(e) => ui::warn(format_args!("cannot run handler {}: {e}", program.display)),
+                Err(e) => ui::warn(format_args!("cannot run the handler ({shown}): {e}")),
             }
         });
-        Ok(HandlerRunner { pending })
+        Ok(HandlerRunner {
+            pending,
+            running: ours,
+        })
+    }
+
+    /// No new handler run; the running one is stopped with `sig`, a grace, then SIGKILL.
+    fn close(&self, sig: i32) {
+        close_handler(&self.running, sig);
     }
 
     fn submit(&self, env: Env) {
         let (lock, cv) = &*self.pending;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(env);
         cv.notify_one();
+    }
+}
+
+fn close_handler(running: &Mutex<Running>, sig: i32) {
+    let pgid = {
+        let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
+        r.closing = true;
+        r.pgid
+    };
+    if let Some(pgid) = pgid {
+        let first =
+            nix::sys::signal::Signal::try_from(sig).unwrap_or(nix::sys::signal::Signal::SIGTERM);
+        if !supervise::stop_group(pgid, first, HANDLER_GRACE) {
+            ui::error(format_args!(
+                "the handler's process group {pgid} survives SIGKILL"
+            ));
+        }
+    }
+}
+
+/// "exited with 9", "was killed by signal 9 (SIGKILL)".
+fn describe_exit(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(n)) => match nix::sys::signal::Signal::try_from(n) {
+            Ok(sig) => format!("was killed by signal {n} ({})", sig.as_str()),
+            Err(_) => format!("was killed by signal {n}"),
+        },
+        (None, None) => format!("ended: {st}"),
     }
 }
 
@@ -307,20 +357,7 @@ fn stop_handler_on_signals(running: Arc<Mutex<Running>>) -> Result<()> {
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                let pgid = {
-                    let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
-                    r.closing = true;
-                    r.pgid
-                };
-                if let Some(pgid) = pgid {
-                    let first = nix::sys::signal::Signal::try_from(sig)
-                        .unwrap_or(nix::sys::signal::Signal::SIGTERM);
-                    if !supervise::stop_group(pgid, first, HANDLER_GRACE) {
-                        ui::error(format_args!(
-                            "the handler's process group {pgid} survives SIGKILL"
-                        ));
-                    }
-                }
+                close_handler(&running, sig);
                 ui::flush();
                 std::process::exit(128 + sig);
             }

@@ -223,6 +223,14 @@ impl Replay {
                     assert_eq!(a, s, "{ctx}");
                 }
             }
+            // A txn error naming a raft index ("current modify index 65 != 1").
+            Value::String(s) if field == "What" && s.contains("current modify index ") => {
+                let (head, tail) = s.split_once("current modify index ").unwrap();
+                let (n, rest) = tail.split_once(' ').unwrap_or((tail, ""));
+                let n: u64 = n.parse().expect("recorded index");
+                let want = format!("{head}current modify index {} {rest}", self.translate(n));
+                assert_eq!(act.as_str(), Some(want.as_str()), "{ctx}");
+            }
             // The recording machines' node names (10 uses "client1", as here).
             Value::String(s) if field == "Node" && (s == "vm" || s == "dev1") => {
                 assert_eq!(act.as_str(), Some(NODE), "{ctx}");
@@ -245,10 +253,26 @@ impl Replay {
         }
     }
 
+    /// Session placeholders in a recorded txn body (`"Session": "A"`), replaced as
+    /// text so that the body's number literals reach the server unchanged.
+    fn subst_body(&self, body: Vec<u8>) -> Vec<u8> {
+        let Ok(mut t) = String::from_utf8(body.clone()) else {
+            return body;
+        };
+        for (ph, real) in &self.ids {
+            t = t.replace(
+                &format!("\"Session\": \"{ph}\""),
+                &format!("\"Session\": \"{real}\""),
+            );
+        }
+        t.into_bytes()
+    }
+
     /// Sends the step's request (with `body` overriding the recorded one).
     fn send(&self, step: &Value, body: Option<Vec<u8>>) -> Resp {
         let method = step["request"]["method"].as_str().unwrap();
         let path = self.subst_path(step["request"]["path"].as_str().unwrap());
+        let body = body.map(|b| self.subst_body(b));
         http(self.addr, method, &path, body.as_deref(), &[])
     }
 
@@ -694,6 +718,84 @@ fn reference_11_lock_delay_cap() {
         }
         rp.run_step(i, step);
     }
+}
+
+#[test]
+fn reference_12_txn() {
+    // Steps 1-8 pin the float64 decoding of a txn body: Flags above 2^53 come back
+    // rounded (3304740253564472344 -> 3304740253564472320), `?flags=` stays exact.
+    let server = start_server();
+    let mut rp = Replay::new(&server, "12");
+    let mut destroy_sent: Option<Instant> = None;
+    let mut exact = true;
+    for (i, step) in steps(&load("12-txn.json")).iter().enumerate() {
+        let note = step["note"].as_str().unwrap_or("");
+        if note.starts_with("invalidates A") {
+            destroy_sent = Some(Instant::now());
+            rp.run_step(i, step);
+        } else if note == "lock inside the lock-delay" {
+            let r = rp.send(step, Replay::request_body(step));
+            if r.status == 200 {
+                // Only acceptable when the machine was too slow to get here
+                // within A's 2 s lock-delay.
+                let elapsed = destroy_sent.unwrap().elapsed();
+                assert!(
+                    elapsed >= Duration::from_secs(2),
+                    "12 step {i}: lock inside the lock-delay succeeded after {elapsed:?}"
+                );
+                exact = false;
+            } else {
+                rp.check(i, step, &r);
+            }
+        } else if note.starts_with("lock 2.2 s after the destroy") {
+            // Retry until the lock-delay is over; a refusal uses no index.
+            let mut last = None;
+            let ok = wait_until(Duration::from_secs(10), || {
+                let r = rp.send(step, Replay::request_body(step));
+                let done = r.status == 200;
+                last = Some(r);
+                done
+            });
+            let elapsed = destroy_sent.unwrap().elapsed();
+            assert!(ok, "12 step {i}: B never got the key: {:?}", last);
+            assert!(
+                elapsed >= Duration::from_secs(2),
+                "12 step {i}: lock-delay ended early: {elapsed:?}"
+            );
+            rp.check(i, step, &last.unwrap());
+        } else {
+            rp.run_step(i, step);
+        }
+    }
+    if exact {
+        rp.idx.assert_constant_offset("12");
+    }
+}
+
+#[test]
+fn reference_13_request_shapes() {
+    let server = start_server();
+    let mut rp = Replay::new(&server, "13");
+    for (i, step) in steps(&load("13-request-shapes.json")).iter().enumerate() {
+        let path = step["request"]["path"].as_str().unwrap();
+        let t0 = Instant::now();
+        rp.run_step(i, step);
+        let took = t0.elapsed();
+        // Blocking queries that nothing wakes: never back before the wait ran out
+        // (no upper bound: a busy machine may answer late).
+        if let Some(ms) = path
+            .split(['?', '&'])
+            .find_map(|kv| kv.strip_prefix("wait="))
+            .and_then(|w| w.strip_suffix("ms"))
+        {
+            let wait = Duration::from_millis(ms.parse().unwrap());
+            assert!(
+                took >= wait,
+                "13 step {i}: back after {took:?}, wait {wait:?}"
+            );
+        }
+    }
+    rp.idx.assert_constant_offset("13");
 }
 
 // ----- beyond the recordings ---------------------------------------------------
@@ -1995,4 +2097,275 @@ fn txn_reads_and_refusals() {
     assert_eq!(r.status, 400);
     assert_eq!(get(a, "/v1/kv/r/c").status, 404);
     assert_eq!(get(a, "/v1/txn").status, 405);
+}
+
+/// The txn body goes through Go's `interface{}` decoding as on Consul before 1.7: every
+/// number is a float64 first, then mapstructure turns it into a uint64. So consul lock's
+/// flags above 2^53 are rounded, while `?flags=` keeps them exact (12-txn.json). The
+/// edge cases (truncation, out-of-range, negative, error texts) were observed on a
+/// Consul 1.0.8 agent on loopback.
+#[test]
+fn txn_numbers_go_through_float64_as_in_consul_before_1_7() {
+    let server = start_server();
+    let a = server.addr();
+    let stored = |key: &str| get(a, &format!("/v1/kv/{key}")).json()[0]["Flags"].clone();
+    let cases: &[(&str, &str, u64)] = &[
+        ("lock", "3304740253564472344", 3_304_740_253_564_472_320),
+        ("sem", "16210313421097356768", 16_210_313_421_097_357_312),
+        ("p53", "9007199254740993", 9_007_199_254_740_992),
+        ("small", "42", 42),
+        ("exp", "4.2e1", 42),
+        ("frac", "1.9", 1),
+        ("tiny", "2.5e-3", 0),
+        ("negzero", "-0", 0),
+        ("under", "-1e-400", 0),
+        // uint64(f) of Go on amd64 for f >= 2^64.
+        ("max", "18446744073709551615", 1 << 63),
+        ("huge", "1e30", 1 << 63),
+    ];
+    for (key, literal, want) in cases {
+        let body =
+            format!(r#"[{{"KV": {{"Verb": "set", "Key": "f/{key}", "Flags": {literal}}}}}]"#);
+        let r = put(a, "/v1/txn", body.as_bytes());
+        assert_eq!(r.status, 200, "{literal}: {}", r.text());
+        assert_eq!(
+            r.json()["Results"][0]["KV"]["Flags"],
+            json!(want),
+            "{literal}"
+        );
+        assert_eq!(stored(&format!("f/{key}")), json!(want), "{literal}");
+    }
+    // The query string is parsed as a uint64: exact.
+    assert_eq!(
+        put(a, "/v1/kv/f/query?flags=3304740253564472344", b"").status,
+        200
+    );
+    assert_eq!(stored("f/query"), json!(3_304_740_253_564_472_344u64));
+    // Index too: the error names the rounded index.
+    let modify = get(a, "/v1/kv/f/small").json()[0]["ModifyIndex"].clone();
+    let r = put(
+        a,
+        "/v1/txn",
+        br#"[{"KV": {"Verb": "check-index", "Key": "f/small", "Index": 9007199254740993}}]"#,
+    );
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json()["Errors"][0]["What"],
+        format!(
+            r#"failed index check for key "f/small", current modify index {modify} != 9007199254740992"#
+        )
+    );
+    // Refusals, with mapstructure's texts (sorted) and Go's JSON texts.
+    let refused: &[(&str, &str)] = &[
+        (
+            r#"[{"KV": {"Verb": "set", "Key": "x", "Flags": -1}}]"#,
+            "1 error(s) decoding:\n\n* cannot parse '[0].KV.Flags', -1.000000 overflows uint",
+        ),
+        (
+            r#"[{"KV": {"Verb": "cas", "Key": "x", "Index": -1e30}}]"#,
+            "1 error(s) decoding:\n\n* cannot parse '[0].KV.Index', \
+             -1000000000000000019884624838656.000000 overflows uint",
+        ),
+        (
+            r#"[{"KV": {"Verb": "set", "Key": "x", "Flags": true}}]"#,
+            "1 error(s) decoding:\n\n* '[0].KV.Flags' expected type 'uint64', got unconvertible type 'bool'",
+        ),
+        (
+            r#"[{"KV": {"Verb": 5, "Key": "x", "Flags": -1}}, {"KV": {"Key": 7, "Index": "1", "Session": {}}}]"#,
+            "5 error(s) decoding:\n\n\
+             * '[0].KV.Verb' expected type 'api.KVOp', got unconvertible type 'float64'\n\
+             * '[1].KV.Index' expected type 'uint64', got unconvertible type 'string'\n\
+             * '[1].KV.Key' expected type 'string', got unconvertible type 'float64'\n\
+             * '[1].KV.Session' expected type 'string', got unconvertible type 'map[string]interface {}'\n\
+             * cannot parse '[0].KV.Flags', -1.000000 overflows uint",
+        ),
+        (
+            r#"[{"KV": {"Verb": "set", "Key": "x", "Unknown": 1e400}}]"#,
+            "json: cannot unmarshal number 1e400 into Go value of type float64",
+        ),
+        (
+            r#"[{"KV": {"Verb": "set", "Key": "x", "Value": 5}}]"#,
+            "unexpected value type: float64",
+        ),
+        (r#"[{"KV": []}]"#, "unexpected raw KV type: []interface {}"),
+        (r#"[1]"#, "unexpected raw op type: float64"),
+        ("null", "unexpected raw type: %!t(<nil>)"),
+        (
+            r#"{"b": [1, 2.5, true, null, "s"], "a": {"x": 1e21}}"#,
+            "unexpected raw type: map[%!t(string=a):map[%!t(string=x):%!t(float64=1e+21)] \
+             %!t(string=b):[%!t(float64=1) %!t(float64=2.5) true <nil> %!t(string=s)]]",
+        ),
+        ("", "EOF"),
+    ];
+    for (body, want) in refused {
+        let r = put(a, "/v1/txn", body.as_bytes());
+        assert_eq!(
+            (r.status, r.text()),
+            (400, format!("Failed to parse body: {want}")),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        get(a, "/v1/kv/x").status,
+        404,
+        "nothing refused was written"
+    );
+}
+
+/// What an op list decodes to, as a Consul 1.0.8 agent treats it: ops without `KV`
+/// are dropped (and not counted in `OpIndex`), an empty verb is unknown, a missing key
+/// fails the pre-check of reads too, and a null `Value` leaves the value empty.
+#[test]
+fn txn_op_shapes_as_in_consul_1_0_8() {
+    let server = start_server();
+    let a = server.addr();
+    let txn_text = |body: &str| {
+        let r = put(a, "/v1/txn", body.as_bytes());
+        (r.status, r)
+    };
+    let (status, r) = txn_text(r#"[{}, {"KV": null}]"#);
+    assert_eq!(status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"Results": [], "Errors": null, "Index": 0, "LastContact": 0,
+               "KnownLeader": true, "ConsistencyLevel": ""})
+    );
+    assert_eq!(r.header("X-Consul-Knownleader"), Some("true"));
+    let (status, r) = txn_text(
+        r#"[{"KV": {"Verb": "set", "Key": "s/a", "Value": null}}, {},
+            {"KV": {"Verb": "set", "Key": "s/b", "Value": "eA=="}}]"#,
+    );
+    assert_eq!(status, 200, "{}", r.text());
+    assert_eq!(r.json()["Results"].as_array().unwrap().len(), 2);
+    assert_eq!(get(a, "/v1/kv/s/a").json()[0]["Value"], Value::Null);
+    assert_eq!(get(a, "/v1/kv/s/b").json()[0]["Value"], "eA==");
+    let errors = |body: &str| {
+        let r = put(a, "/v1/txn", body.as_bytes());
+        assert_eq!(r.status, 409, "{body}: {}", r.text());
+        r.json()["Errors"].clone()
+    };
+    assert_eq!(
+        errors(r#"[{}, {"KV": {"Verb": "get", "Key": "s/a"}}, {"KV": {"Key": "s/a"}}]"#),
+        json!([{"OpIndex": 1, "What": "unknown KV verb \"\""}])
+    );
+    assert_eq!(
+        errors(r#"[{"KV": {"Verb": "get"}}, {"KV": {"Verb": "get", "Key": "s/none"}}]"#),
+        json!([{"OpIndex": 0, "What": "Must provide key"}])
+    );
+    assert_eq!(
+        errors(r#"[{"KV": {}}]"#),
+        json!([{"OpIndex": 0, "What": "Must provide key"}])
+    );
+    // Ops without KV still count against the limit of 64.
+    let body = format!("[{}]", vec!["{}"; 65].join(","));
+    let (status, r) = txn_text(&body);
+    assert_eq!(
+        (status, r.text()),
+        (
+            413,
+            "Transaction contains too many operations (65 > 64)".to_string()
+        )
+    );
+}
+
+/// `?dc=`: the local datacenter (or an empty value) works; any other name, even in
+/// another case, is 500 `No path to datacenter`, after the checks an agent makes
+/// before it forwards (observed on Consul 1.0.8). Blocking reads of sessions and
+/// health carry the query meta of the failed call.
+#[test]
+fn unknown_datacenter_is_refused_after_local_checks() {
+    let server = start_server();
+    let a = server.addr();
+    let s = create_session(a, json!({}));
+    assert_eq!(put(a, "/v1/kv/d/k?dc=dc1", b"v").json(), json!(true));
+    assert_eq!(get(a, "/v1/kv/d/k?dc=").status, 200);
+    let no_path = |method: &str, path: &str, body: Option<&[u8]>, meta: bool| {
+        let r = http(a, method, path, body, &[]);
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (500, "No path to datacenter"),
+            "{method} {path}"
+        );
+        assert_eq!(
+            r.header("Content-Type"),
+            Some("text/plain; charset=utf-8"),
+            "{method} {path}"
+        );
+        if meta {
+            assert_eq!(r.header("X-Consul-Index"), Some("0"), "{path}");
+            assert_eq!(r.header("X-Consul-Knownleader"), Some("false"), "{path}");
+            assert_eq!(r.header("X-Consul-Lastcontact"), Some("0"), "{path}");
+        } else {
+            assert!(!r.has_header("X-Consul-Index"), "{method} {path}: {r:?}");
+        }
+    };
+    let before = get(a, "/v1/kv/d/k").index();
+    no_path("GET", "/v1/kv/d/k?dc=DC1", None, false);
+    no_path("GET", "/v1/kv/d/missing?dc=nope", None, false);
+    no_path("GET", "/v1/kv/d?recurse&dc=nope", None, false);
+    no_path("GET", "/v1/kv/d?keys&dc=nope", None, false);
+    no_path(
+        "GET",
+        &format!("/v1/kv/d/k?dc=nope&index={before}&wait=10s"),
+        None,
+        false,
+    );
+    no_path("PUT", "/v1/kv/d/k?dc=nope", Some(b"w"), false);
+    no_path("PUT", "/v1/kv/d/k?dc=nope&acquire=", Some(b"w"), false);
+    no_path("DELETE", "/v1/kv/d/k?dc=nope", None, false);
+    no_path(
+        "PUT",
+        "/v1/session/create?dc=nope",
+        Some(br#"{"TTL": "1s"}"#),
+        false,
+    );
+    no_path(
+        "PUT",
+        &format!("/v1/session/destroy/{s}?dc=nope"),
+        None,
+        false,
+    );
+    no_path("PUT", "/v1/session/renew/unknown?dc=nope", None, false);
+    no_path("GET", &format!("/v1/session/info/{s}?dc=nope"), None, true);
+    no_path("GET", "/v1/session/list?dc=nope", None, true);
+    no_path(
+        "GET",
+        &format!("/v1/session/node/{NODE}?dc=nope"),
+        None,
+        true,
+    );
+    no_path(
+        "GET",
+        &format!("/v1/health/node/{NODE}?dc=nope"),
+        None,
+        true,
+    );
+    no_path("PUT", "/v1/txn?dc=nope", Some(b"[{}]"), false);
+    no_path(
+        "PUT",
+        "/v1/txn?dc=nope",
+        Some(br#"[{"KV": {"Verb": "set", "Key": "d/k"}}]"#),
+        false,
+    );
+    // Nothing was written.
+    assert_eq!(get(a, "/v1/kv/d/k").index(), before);
+    assert_eq!(
+        get(a, &format!("/v1/session/info/{s}")).json()[0]["ID"],
+        json!(s)
+    );
+    // Checks made before forwarding still answer first.
+    let r = get(a, "/v1/kv/d/k?dc=nope&index=abc");
+    assert_eq!((r.status, r.text().as_str()), (400, "Invalid index"));
+    let r = put(a, "/v1/kv/d/k?dc=nope&flags=abc", b"");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (500, r#"strconv.ParseUint: parsing "abc": invalid syntax"#)
+    );
+    let r = put(a, "/v1/txn?dc=nope", b"{not json");
+    assert_eq!(r.status, 400);
+    let r = put(a, "/v1/session/create?dc=nope", b"{bad");
+    assert_eq!(r.status, 400);
+    // Agent endpoints do not forward.
+    assert_eq!(get(a, "/v1/agent/self?dc=nope").status, 200);
+    assert_eq!(get(a, "/v1/status/leader?dc=nope").status, 200);
 }

@@ -242,8 +242,25 @@ fn migration_hints_for_shell_lines_and_missing_interpreters() {
         .assert()
         .code(127)
         .stderr(contains(
-            "command not found: echo a && echo b (searched PATH) (a whole shell line? use --shell)",
+            "command not found: 'echo a && echo b' (searched PATH) (a whole shell line? use --shell)",
         ));
+    // With a slash too (no PATH search), quoted so that it does not read as a shell line.
+    for (cmd, want) in [
+        (
+            "pg_dump db | gzip > /b/db.gz",
+            "command not found: 'pg_dump db | gzip > /b/db.gz' (a whole shell line? use --shell)\n",
+        ),
+        (
+            "./job 1",
+            "command not found: './job 1' (a whole shell line? use --shell)\n",
+        ),
+    ] {
+        conlock(&server)
+            .args(["run", "--key", "k", "--", cmd])
+            .assert()
+            .code(127)
+            .stderr(predicates::str::ends_with(want));
+    }
     conlock(&server)
         .args(["run", "--key", "k", "--", "no-such-command-xyz"])
         .assert()
@@ -522,6 +539,30 @@ fn man_pages_and_help_name_what_operators_type() {
         .args(["break", "--help"])
         .assert()
         .stdout(contains("1    declined at the confirmation prompt"));
+    // The variables the command receives, and that --timeout defaults to forever.
+    for sub in ["run", "sem"] {
+        let help = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let man = Command::new(BIN).args(["man", sub]).output().unwrap();
+        for text in [&help.stdout, &man.stdout] {
+            let text = String::from_utf8_lossy(text);
+            for want in [
+                "CONSUL_LOCK_HELD",
+                "CONLOCK_KEY",
+                "CONLOCK_SESSION",
+                "CONLOCK_MODIFY_INDEX",
+                "CONLOCK_LOCK_INDEX",
+                "CONLOCK_PREFIX, CONLOCK_LIMIT",
+                "[default: wait forever]",
+            ] {
+                assert!(text.contains(want), "{sub}: {want} missing in:\n{text}");
+            }
+        }
+    }
+    // What status cannot see (issue 32, item 6).
+    Command::new(BIN)
+        .args(["status", "--help"])
+        .assert()
+        .stdout(contains("1    free (also right after a `break` or a loss"));
 }
 
 #[test]
@@ -601,4 +642,231 @@ fn closed_standard_streams_become_dev_null() {
         assert_eq!(read(&out).trim(), "/dev/null", "fd {fd} of the command");
         assert!(holder(&client(&server), &key).is_none());
     }
+}
+
+/// A value of 460,000 bytes (under Consul's 512 KiB) is stored whole by a lock holder and
+/// by a semaphore holder: each write sends it once, as the raw body of a KV `PUT`. (The
+/// issue that found a 413 here was about a `/v1/txn` acquire that carried the value
+/// twice, base64-encoded; conlock no longer uses `/v1/txn`.)
+#[test]
+fn a_value_of_460000_bytes_is_stored_whole() {
+    let server = start_server();
+    let dir = scratch("big-value");
+    let file = dir.join("value");
+    let value: Vec<u8> = (0..460_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(&file, &value).unwrap();
+    let c = client(&server);
+    for (what, args, key) in [
+        (
+            "lock",
+            vec!["run", "--key", "big-lock"],
+            "big-lock".to_string(),
+        ),
+        (
+            "semaphore",
+            vec!["sem", "--prefix", "big-sem", "--limit", "2"],
+            String::new(),
+        ),
+    ] {
+        let (ran, go) = (
+            dir.join(format!("{what}-ran")),
+            dir.join(format!("{what}-go")),
+        );
+        let mut holder = KillOnDrop(
+            conlock(&server)
+                .args(&args)
+                .arg("--value-file")
+                .arg(&file)
+                .arg("--")
+                .args(marked(&ran, &until_exists(&go)))
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(LONG, || ran.exists()),
+            "the {what} holder never ran"
+        );
+        let key = if key.is_empty() {
+            // The semaphore's contender key: the one key under the prefix but .lock.
+            let (keys, _) = c
+                .kv_keys("big-sem/", None, QueryOptions::default())
+                .unwrap();
+            keys.into_iter()
+                .find(|k| !k.ends_with("/.lock"))
+                .expect("a contender key")
+        } else {
+            key
+        };
+        let (pair, _) = c.kv_get(&key, QueryOptions::default()).unwrap();
+        let stored = pair.expect("the key exists").value_bytes().to_vec();
+        std::fs::write(&go, "").unwrap();
+        let status = wait_exit(&mut holder.0, LONG);
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut holder.0.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "{what}: {status}: {err}");
+        assert_eq!(stored.len(), value.len(), "{what}");
+        assert!(stored == value, "{what}: the stored value differs");
+    }
+}
+
+/// A value over 512 KiB is refused before any request (exit 125, naming the limit).
+#[test]
+fn a_value_over_512_kib_is_refused_before_any_request() {
+    let server = start_server();
+    let file = scratch("huge-value").join("value");
+    std::fs::write(&file, vec![b'v'; 512 * 1024 + 1]).unwrap();
+    for args in [
+        &["run", "--key", "huge-value"][..],
+        &["sem", "--prefix", "huge-value", "--limit", "2"],
+    ] {
+        conlock(&server)
+            .args(args)
+            .arg("--value-file")
+            .arg(&file)
+            .args(["--", "true"])
+            .assert()
+            .code(125)
+            .stderr(contains("512 KiB"));
+    }
+    assert_eq!(server.request_count(), 0, "a request was sent");
+}
+
+/// The heading a line of `--help` output sits under.
+fn heading_of(help: &str, needle: &str) -> String {
+    let mut heading = String::new();
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.to_string();
+        }
+        if line.trim_start().starts_with(needle) {
+            return heading;
+        }
+    }
+    panic!("{needle} not in:\n{help}");
+}
+
+/// A subcommand's own options are listed with it, not under "Consul connection:" (where
+/// they were when they followed the connection options in the definitions).
+#[test]
+fn subcommand_options_sit_under_the_subcommand_heading() {
+    for (sub, needle, want) in [
+        ("status", "--json", "Options:"),
+        ("watch", "--json", "Options:"),
+        ("watch", "[HANDLER]", "Arguments:"),
+        ("break", "--session", "Options:"),
+        ("break", "-y, --yes", "Options:"),
+        ("run", "--key", "Options:"),
+        ("run", "--http-addr", "Consul connection:"),
+    ] {
+        let out = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            heading_of(&help, needle),
+            want,
+            "conlock {sub} --help, {needle}"
+        );
+    }
+    // The man pages follow the same headings (.SH sections).
+    for (sub, needle) in [("status", "\\-\\-json"), ("break", "\\-\\-yes")] {
+        let out = Command::new(BIN).args(["man", sub]).output().unwrap();
+        let page = String::from_utf8_lossy(&out.stdout);
+        let section = page
+            .lines()
+            // After the synopsis, which names every option.
+            .skip_while(|l| !l.starts_with(".SH DESCRIPTION"))
+            .take_while(|l| !l.contains(needle))
+            .filter(|l| l.starts_with(".SH "))
+            .last()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(section, ".SH OPTIONS", "conlock-{sub}.1, {needle}");
+    }
+}
+
+/// Usage errors say what was probably meant and point at the subcommand's help; a bare
+/// `conlock` prints the help.
+#[test]
+fn usage_errors_show_the_fix() {
+    for (args, want) in [
+        (
+            &["run", "--key", "k", "true"][..],
+            "the command goes after `--`: conlock run --key k -- true (see 'conlock run --help')",
+        ),
+        (
+            &["run", "service/x", "--", "./job"][..],
+            "conlock run --prefix service/x -- ./job (see 'conlock run --help')",
+        ),
+        (
+            &["sem", "-n", "2", "db", "./worker"][..],
+            "conlock sem -n 2 --prefix db -- ./worker (see 'conlock sem --help')",
+        ),
+        (
+            &["run", "--key", "k"][..],
+            "give the command after `--`: conlock run --key k -- CMD… (see 'conlock run --help')",
+        ),
+        (
+            &["watch", "--key", "k", "sh"][..],
+            "the handler goes after `--`: conlock watch --key k -- sh (see 'conlock watch --help')",
+        ),
+        (
+            &["run", "--kye", "k", "--", "true"][..],
+            "unexpected argument '--kye' found (see 'conlock run --help')",
+        ),
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.starts_with("conlock: error: ") && err.ends_with(&format!("{want}\n")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    let out = Command::new(BIN).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.starts_with("Run a command while holding") && err.contains("Usage: conlock"),
+        "{err}"
+    );
+}
+
+/// bash completion (the script `conlock completions bash` prints, run by bash itself):
+/// the command after `--`, subcommand names after `man`, no file names for durations.
+#[test]
+fn bash_completes_the_command_after_dashes() {
+    let dir = scratch("bash-completion");
+    let script = dir.join("conlock.bash");
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, &out.stdout).unwrap();
+    // A file the default completion would offer for a duration.
+    std::fs::write(dir.join("5s-file"), "").unwrap();
+    let complete = |words: &str| -> String {
+        let out = Command::new("bash")
+            .current_dir(&dir)
+            .arg("-c")
+            .arg(format!(
+                "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 _conlock_command conlock \"${{COMP_WORDS[COMP_CWORD]}}\" 2>/dev/null; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display()
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let after = complete("conlock run --key k -- ech");
+    assert!(after.lines().any(|l| l == "echo"), "{after:?}");
+    let after = complete("conlock watch --key k -- ech");
+    assert!(after.lines().any(|l| l == "echo"), "{after:?}");
+    let man = complete("conlock man ''");
+    for sub in ["run", "sem", "status", "watch", "break", "dev-server"] {
+        assert!(man.lines().any(|l| l == sub), "{sub} in {man:?}");
+    }
+    let duration = complete("conlock run --timeout 5");
+    assert!(!duration.contains("5s-file"), "{duration:?}");
 }

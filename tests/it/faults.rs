@@ -352,3 +352,139 @@ fn keys_with_spaces_unicode_and_leading_slash() {
     let (pair, _) = c.kv_get("a b/ü?&#%", QueryOptions::default()).unwrap();
     assert_eq!(pair.unwrap().key, "a b/ü?&#%");
 }
+
+/// A command that ends while the agent answers 500 (a leader election takes 2.4-4.2 s on
+/// a 3-server cluster): the release is retried until it goes through, so the next
+/// holder does not wait for the session's TTL (60 s here) and lock-delay. It was sent
+/// once: the key stayed held, and `released` was said anyway.
+#[test]
+fn a_release_during_a_leader_election_is_retried() {
+    for (what, args) in [
+        ("lock", vec!["run", "--key", "elect/k"]),
+        ("sem", vec!["sem", "--limit", "1", "--prefix", "elect/s"]),
+    ] {
+        let server = start_server();
+        let dir = scratch("release-election");
+        let (go, events) = (dir.join("go"), dir.join("events"));
+        let mut h = KillOnDrop(
+            conlock(&server)
+                .args(&args)
+                .args(["--ttl", "60s", "--events"])
+                .arg(&events)
+                .args(["--", "sh", "-c"])
+                .arg(format!(
+                    "touch {0}.ran; {1}",
+                    go.display(),
+                    until_exists(&go)
+                ))
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(LONG, || dir.join("go.ran").exists()),
+            "{what}: never ran"
+        );
+        fault(&server, "error", "2s");
+        std::fs::write(&go, "").unwrap();
+        assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(0), "{what}");
+        let c = client(&server);
+        let prefix = if what == "lock" { "elect/k" } else { "elect/s" };
+        // Read once the agent answers again.
+        let mut pairs = Vec::new();
+        assert!(wait_for(LONG, || c
+            .kv_list(prefix, QueryOptions::default())
+            .map(|(p, _)| pairs = p)
+            .is_ok()));
+        assert!(
+            pairs.iter().all(|p| p.holder().is_none()),
+            "{what}: still held after the exit: {pairs:?}"
+        );
+        assert!(read(&events).contains("\"released\""), "{what}");
+    }
+}
+
+/// A "Consul" that accepts connections and never answers (a hung agent, a black-holing
+/// proxy). The connections stay open until the test process ends.
+fn silent_server() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    addr
+}
+
+#[test]
+fn timeout_bounds_the_wait_for_a_consul_that_never_answers() {
+    let addr = silent_server();
+    // Before: three 10 s request timeouts and their pauses, 43 s, whatever --timeout said.
+    for (timeout, at_least, under) in [("0s", 0, 8), ("2s", 2, 10)] {
+        let t = Instant::now();
+        let out = conlock_at(addr)
+            .args(["run", "--key", "k", "--timeout", timeout, "--", "true"])
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            took >= Duration::from_secs(at_least) && took < Duration::from_secs(under),
+            "--timeout {timeout}: took {took:?}; stderr: {err}"
+        );
+        assert_eq!(out.status.code(), Some(125), "--timeout {timeout}: {err}");
+        assert!(
+            err.contains(&addr.to_string()) && err.contains("--timeout"),
+            "--timeout {timeout}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_error_that_cannot_pass_is_not_retried() {
+    let server = start_server();
+    let out = conlock(&server)
+        .args(["run", "--key", "k", "--check", "nosuch", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("Missing check 'nosuch' registration"), "{err}");
+    assert_eq!(err.lines().count(), 1, "retried? {err}");
+}
+
+/// The cleanup after a loss to a hung agent says once that time ran out, without
+/// "within 0.0s" and without promising a destroy that cannot happen.
+#[test]
+fn cleanup_against_a_hung_agent_reads_cleanly() {
+    let server = start_server();
+    let running = scratch("hung-cleanup").join("running");
+    let mut h = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "hung",
+            "--lock-delay",
+            "2s",
+            "--kill-grace",
+            "200ms",
+            "--",
+        ])
+        .args(marked(&running, "exec sleep 60"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || running.exists()));
+    fault(&server, "hang", "30s");
+    let mut err = String::new();
+    h.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let st = wait_exit(&mut h, LONG);
+    fault(&server, "none", "");
+    assert_eq!(st.code(), Some(124), "{err}");
+    assert!(err.contains("conlock: lock lost: "), "{err}");
+    assert!(err.contains("(cleanup is bounded to 3s)"), "{err}");
+    for bad in ["within 0.0s", "destroying the session frees it"] {
+        assert!(!err.contains(bad), "{bad:?} in:\n{err}");
+    }
+}

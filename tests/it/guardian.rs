@@ -87,8 +87,7 @@ fn guardian_releases_when_its_stderr_is_gone() {
 #[test]
 fn failover_when_pid_1_never_reaps() {
     if let Err(why) = unshare_works() {
-        eprintln!("skipped failover_when_pid_1_never_reaps: {why}");
-        return;
+        return skip(&why);
     }
     let server = start_server();
     let dir = scratch("no-reaper");
@@ -167,9 +166,8 @@ fn unshare_works() -> Result<(), String> {
 /// command's PID was reused as a process group ID. The guardian must not signal it.
 #[test]
 fn guardian_never_signals_a_group_reported_gone() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped guardian_never_signals_a_group_reported_gone: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let dir = scratch("reuse");
@@ -245,7 +243,7 @@ fn reuse_while_escapee_runs(
     let escapee = read_pid(&escfile);
     assert!(
         wait_for(LONG, || read(&errors)
-            .contains("processes of the command remain")),
+            .contains("the command exited and left")),
         "conlock is not stopping the escapee: {}",
         read(&errors)
     );
@@ -258,9 +256,8 @@ fn reuse_while_escapee_runs(
 /// by then possibly an unrelated group).
 #[test]
 fn conlock_never_signals_a_group_it_saw_gone() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped conlock_never_signals_a_group_it_saw_gone: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let (mut h, child, escapee, errors) = reuse_while_escapee_runs(&server, "seen-gone", "3s");
@@ -288,9 +285,8 @@ fn conlock_never_signals_a_group_it_saw_gone() {
 /// heard of it only once the escapees were gone, so it SIGKILLed the reused group).
 #[test]
 fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped guardian_never_signals_a_group_seen_gone_while_escapees_run: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let (mut h, child, escapee, errors) =
@@ -324,9 +320,8 @@ fn guardian_never_signals_a_group_seen_gone_while_escapees_run() {
 /// re-parented to conlock it must be stopped before the release.
 #[test]
 fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped a_command_process_that_gets_the_gone_groups_id_is_still_stopped: forcing a PID needs root (ns_last_pid)");
-        return;
+    if !is_root() {
+        return skip("needs root, to force a PID (ns_last_pid)");
     }
     let server = start_server();
     let dir = scratch("gone-id-reused-by-command");
@@ -370,7 +365,7 @@ fn a_command_process_that_gets_the_gone_groups_id_is_still_stopped() {
     let mut cleanup = KillPids(vec![(escapee, start_time(escapee))]);
     assert!(
         wait_for(LONG, || read(&errors)
-            .contains("processes of the command remain")),
+            .contains("the command exited and left")),
         "conlock is not stopping the escaped process: {}",
         read(&errors)
     );
@@ -534,12 +529,12 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// Builds the helper in `dir` (made writable for `nobody`), or says why it cannot be used.
-fn setuid_helper(dir: &Path) -> Result<PathBuf, String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root, to run conlock as nobody beside a setuid-root program".into());
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+/// Why the tests of a setuid-root helper need root.
+const HELPER_NEEDS_ROOT: &str = "needs root, to run conlock as nobody beside a setuid-root program";
+
+/// Builds the helper in `shared.dir` (as root), or says why it cannot be used.
+fn setuid_helper(shared: &Reachable) -> Result<PathBuf, String> {
+    let dir = &shared.dir;
     let src = dir.join("helper.c");
     let bin = dir.join("helper");
     std::fs::write(&src, HELPER_C).unwrap();
@@ -564,25 +559,36 @@ fn setuid_helper(dir: &Path) -> Result<PathBuf, String> {
             "the setuid bit has no effect here (nosuid mount or no_new_privs): {check}"
         ));
     }
-    let runs = Command::new(BIN)
+    let conlock = shared.bin.display();
+    let runs = Command::new(&shared.bin)
         .arg("--version")
         .uid(NOBODY)
         .gid(NOBODY)
         .stdout(Stdio::null())
         .status()
-        .map_err(|e| format!("nobody cannot run {BIN}: {e}"))?;
+        .map_err(|e| format!("nobody cannot run {conlock}: {e}"))?;
     if !runs.success() {
-        return Err(format!("nobody cannot run {BIN}: {runs}"));
+        return Err(format!("nobody cannot run {conlock}: {runs}"));
     }
     Ok(bin)
 }
 
-/// Lets a helper go when the test ends, whatever happened.
-struct Stop(PathBuf);
+/// Lets a helper go when the test ends, whatever happened: creates `stop`, then waits
+/// (a while) until the helper logged its end in `log`, so that it is gone before its
+/// directory is removed (it would wait for `stop` forever).
+struct Stop {
+    stop: PathBuf,
+    log: PathBuf,
+}
 
 impl Drop for Stop {
     fn drop(&mut self) {
-        let _ = File::create(&self.0);
+        let _ = File::create(&self.stop);
+        if read(&self.log).contains("S helper") {
+            wait_for(Duration::from_secs(10), || {
+                read(&self.log).contains("E helper")
+            });
+        }
     }
 }
 
@@ -619,20 +625,25 @@ fn assert_no_overlap(log: &Path) {
 /// until it ends, then release; the old one released at once.
 #[test]
 fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
-    let dir = scratch("eperm-guardian");
-    let helper = match setuid_helper(&dir) {
+    if !is_root() {
+        return skip(HELPER_NEEDS_ROOT);
+    }
+    let shared = reachable_scratch("eperm-guardian");
+    let helper = match setuid_helper(&shared) {
         Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipped guardian_keeps_the_lock_while_a_setuid_survivor_runs: {why}");
-            return;
-        }
+        Err(why) => return skip(&why),
     };
     let server = start_server();
+    let dir = &shared.dir;
     let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
-    let _stop = Stop(stop.clone());
+    let _stop = Stop {
+        stop: stop.clone(),
+        log: log.clone(),
+    };
     let key = "eperm-guardian";
     let mut h = KillOnDrop(
-        conlock(&server)
+        shared
+            .conlock(&server)
             .uid(NOBODY)
             .gid(NOBODY)
             .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
@@ -671,8 +682,10 @@ fn guardian_keeps_the_lock_while_a_setuid_survivor_runs() {
 }
 
 /// conlock as `nobody`, whose command leaves a setuid-root helper (which it may not
-/// signal) in its group and exits; the helper ends when `stop` appears.
+/// signal) in its group and exits; the helper ends when `stop` appears. Bind `_shared`
+/// first (dropped last: it may remove the directory of `log` and `stop`).
 struct SurvivorRun {
+    _shared: Reachable,
     server: conlock::devserver::DevServer,
     h: KillOnDrop,
     log: PathBuf,
@@ -681,23 +694,32 @@ struct SurvivorRun {
     _stop: Stop,
 }
 
-/// Starts a `SurvivorRun` on `key` once the helper runs; `None` (saying why `test` is
-/// skipped) where a setuid helper cannot be made.
-fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
-    let dir = scratch(key);
-    let helper = match setuid_helper(&dir) {
+/// Starts a `SurvivorRun` on `key` once the helper runs; `None` (the test recorded as
+/// skipped, with why) where a setuid helper cannot be made.
+fn survivor_run(key: &str) -> Option<SurvivorRun> {
+    if !is_root() {
+        skip(HELPER_NEEDS_ROOT);
+        return None;
+    }
+    let shared = reachable_scratch(key);
+    let helper = match setuid_helper(&shared) {
         Ok(h) => h,
         Err(why) => {
-            eprintln!("skipped {test}: {why}");
+            skip(&why);
             return None;
         }
     };
     let server = start_server();
+    let dir = &shared.dir;
     let (log, stop, errors) = (dir.join("log"), dir.join("stop"), dir.join("stderr"));
-    let _stop = Stop(stop.clone());
+    let _stop = Stop {
+        stop: stop.clone(),
+        log: log.clone(),
+    };
     // The helper is left behind in the group once it runs as root; then the shell exits.
     let h = KillOnDrop(
-        conlock(&server)
+        shared
+            .conlock(&server)
             .uid(NOBODY)
             .gid(NOBODY)
             .args(["run", "--key", key, "--ttl", "10s", "--lock-delay", "2s"])
@@ -714,6 +736,7 @@ fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
     );
     assert!(wait_for(LONG, || read(&log).contains("S helper")));
     Some(SurvivorRun {
+        _shared: shared,
         server,
         h,
         log,
@@ -730,13 +753,14 @@ fn survivor_run(test: &str, key: &str) -> Option<SurvivorRun> {
 fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
     let key = "eperm-conlock";
     let Some(SurvivorRun {
+        _shared,
         server,
         mut h,
         log,
         stop,
         errors,
         _stop,
-    }) = survivor_run("conlock_keeps_the_lock_while_a_setuid_survivor_runs", key)
+    }) = survivor_run(key)
     else {
         return;
     };
@@ -772,12 +796,13 @@ fn conlock_keeps_the_lock_while_a_setuid_survivor_runs() {
 fn a_session_lost_while_a_survivor_runs_is_exit_124() {
     let key = "eperm-lost";
     let Some(SurvivorRun {
+        _shared,
         server,
         mut h,
         errors,
         _stop,
         ..
-    }) = survivor_run("a_session_lost_while_a_survivor_runs_is_exit_124", key)
+    }) = survivor_run(key)
     else {
         return;
     };
@@ -1020,4 +1045,104 @@ fn conlock_outlives_its_guardian() {
         holder(&client(&server), "guardian-gone").is_none(),
         "the lock was not released"
     );
+}
+
+/// Has `cmd` run under a seccomp filter that fails every fork (a `clone` without
+/// CLONE_THREAD or CLONE_VFORK, and `fork`) with EAGAIN, as a container's policy may:
+/// conlock's threads and its spawn (CLONE_VM | CLONE_VFORK) still work, its guardian
+/// cannot start.
+#[cfg(target_arch = "x86_64")]
+fn forbid_fork(cmd: &mut Command) {
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const NR_CLONE: u32 = 56;
+    const NR_FORK: u32 = 57;
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let (ld, jeq, jset, ret) = (
+        libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+        libc::BPF_RET | libc::BPF_K,
+    );
+    let allow = libc::SECCOMP_RET_ALLOW;
+    let eagain = libc::SECCOMP_RET_ERRNO | libc::EAGAIN as u32;
+    // seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low half, little-endian).
+    // Jumps count the instructions skipped.
+    let filter: Vec<libc::sock_filter> = vec![
+        stmt(ld, 4),
+        jump(jeq, AUDIT_ARCH_X86_64, 0, 7),
+        stmt(ld, 0),
+        jump(jeq, NR_FORK, 4, 0),
+        jump(jeq, NR_CLONE, 0, 4),
+        stmt(ld, 16),
+        jump(jset, libc::CLONE_THREAD as u32, 2, 0),
+        jump(jset, libc::CLONE_VFORK as u32, 1, 0),
+        stmt(ret, eagain),
+        stmt(ret, allow),
+    ];
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A guardian that could not start (every fork refused) left conlock running the command
+/// anyway, with a warning: killed or stopped, nothing would stop the command. conlock
+/// refuses now (exit 125, before anything is acquired) unless `--unguarded` says to run
+/// it unguarded.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn without_a_guardian_the_command_does_not_run_unless_unguarded() {
+    let server = start_server();
+    let dir = scratch("no-guardian");
+    let ran = dir.join("ran");
+    let mut refused = conlock(&server);
+    refused
+        .args(["run", "--key", "no-guardian", "--", "touch"])
+        .arg(&ran);
+    forbid_fork(&mut refused);
+    let out = refused.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(!ran.exists(), "the command ran without a guardian");
+    assert!(
+        err.contains("cannot start the guardian process (fork: ") && err.contains("--unguarded"),
+        "{err}"
+    );
+    assert_eq!(server.request_count(), 0, "a request was sent");
+    let mut unguarded = conlock(&server);
+    unguarded
+        .args(["run", "--key", "no-guardian", "--unguarded", "--", "touch"])
+        .arg(&ran);
+    forbid_fork(&mut unguarded);
+    let out = unguarded.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(ran.exists(), "--unguarded did not run the command");
+    assert!(err.contains("running unguarded"), "{err}");
 }

@@ -56,7 +56,12 @@ pub fn conlock(server: &DevServer) -> Command {
 
 /// Like [`conlock`], aimed at any agent address (an added agent, a proxy).
 pub fn conlock_at(addr: std::net::SocketAddr) -> Command {
-    let mut c = Command::new(BIN);
+    conlock_with(BIN.as_ref(), addr)
+}
+
+/// Like [`conlock_at`], running the binary at `bin` (a copy another user can reach).
+fn conlock_with(bin: &std::ffi::OsStr, addr: std::net::SocketAddr) -> Command {
+    let mut c = Command::new(bin);
     for (k, _) in std::env::vars() {
         if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") {
             c.env_remove(k);
@@ -115,6 +120,127 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// True where the tests run as root (the tests that need it skip elsewhere, through [`skip`]).
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Says that the running test did not run here, and why: on stderr (which the test runner
+/// shows only with --nocapture) and, where `CONLOCK_SKIP_LOG` names a file (`make test`
+/// sets it), as a line `name<TAB>why` appended to that file, which `make test` lists at
+/// its end. The name is that of the test's thread, which the test runner names after the
+/// test (`process::some_test`). Only root-only tests may skip at run time: CI runs as
+/// root, and there (CI=true) `make test` fails on any such skip.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("(a test thread without a name)");
+    eprintln!("skipped {name}: {why}");
+    let Some(log) = std::env::var_os("CONLOCK_SKIP_LOG").filter(|l| !l.is_empty()) else {
+        return;
+    };
+    // One write per line, appended: the tests of a run skip from several threads.
+    let line = format!("{name}\t{}\n", why.replace(['\t', '\n'], " "));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot record the skip of {name} in CONLOCK_SKIP_LOG={}: {e}",
+                Path::new(&log).display()
+            )
+        });
+}
+
+/// A scratch directory (mode 0777) and the conlock binary where another user can reach
+/// them, for the tests that run conlock under another user ID. A clone may sit under a
+/// directory only its owner can enter (`mktemp -d` makes mode 0700): then both go to a
+/// fresh directory under the temp dir (a copy of the binary), removed when this is dropped.
+pub struct Reachable {
+    pub dir: PathBuf,
+    pub bin: PathBuf,
+    remove: bool,
+}
+
+impl Reachable {
+    /// A conlock command like [`conlock`], of the binary at [`Reachable::bin`], started in
+    /// [`Reachable::dir`] (a working directory the other user can enter).
+    pub fn conlock(&self, server: &DevServer) -> Command {
+        let mut c = conlock_with(self.bin.as_os_str(), server.addr());
+        c.current_dir(&self.dir);
+        c
+    }
+}
+
+impl Drop for Reachable {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A fresh [`Reachable`] named after `name`.
+pub fn reachable_scratch(name: &str) -> Reachable {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |m| std::fs::Permissions::from_mode(m);
+    let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (dir, remove) = if others_can_enter(target_tmp) {
+        (scratch(name), false)
+    } else {
+        let dir = std::env::temp_dir().join(format!(
+            "conlock-test-{name}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        (dir, true)
+    };
+    // Made before the checks below so that a failing one still removes it.
+    let mut r = Reachable {
+        bin: PathBuf::from(BIN.path()),
+        dir,
+        remove,
+    };
+    std::fs::set_permissions(&r.dir, mode(0o777)).unwrap();
+    assert!(
+        others_can_enter(&r.dir),
+        "other users cannot enter {} (a directory above it denies them): point TMPDIR to one they can",
+        r.dir.display()
+    );
+    let bin_mode = std::fs::metadata(&r.bin).map_or(0, |m| m.permissions().mode());
+    let bin_dir = r.bin.parent().unwrap_or(Path::new("/"));
+    if bin_mode & 0o001 == 0 || !others_can_enter(bin_dir) {
+        let bins = r.dir.join("bin");
+        std::fs::create_dir(&bins).unwrap();
+        std::fs::set_permissions(&bins, mode(0o755)).unwrap();
+        let copy = bins.join("conlock");
+        std::fs::copy(&r.bin, &copy).unwrap_or_else(|e| {
+            panic!("cannot copy {} to {}: {e}", r.bin.display(), copy.display())
+        });
+        std::fs::set_permissions(&copy, mode(0o755)).unwrap();
+        r.bin = copy;
+        // A copy per test: not one to keep.
+        r.remove = true;
+    }
+    r
+}
+
+/// True if a user who owns none of them and is in none of their groups may search `dir`
+/// and every directory above it.
+fn others_can_enter(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 fn unique() -> u64 {
@@ -369,7 +495,7 @@ pub fn rewriting_relay(
 }
 
 /// Like [`inspecting_relay`], passing on what `edit` makes of each chunk.
-fn inspecting_relay_with(
+pub fn inspecting_relay_with(
     upstream: std::net::SocketAddr,
     edit: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static,
 ) -> std::net::SocketAddr {

@@ -341,3 +341,154 @@ fn held_since_is_when_holding_began_not_when_waiting_began() {
     signal(b.id(), libc::SIGTERM);
     wait_exit(&mut b, LONG);
 }
+
+/// A stdout whose reader is gone before conlock writes (as `| head -1` or `| true` may be).
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { libc::close(fds[0]) };
+    Stdio::from(unsafe { OwnedFd::from_raw_fd(fds[1]) })
+}
+
+fn dev_full() -> Stdio {
+    Stdio::from(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    )
+}
+
+/// Every command that writes to stdout (`pipe/held` is held, `pipe/free` is not).
+fn stdout_writers() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["status", "--key", "pipe/held"],
+        vec!["status", "--key", "pipe/held", "--json"],
+        vec!["watch", "--key", "pipe/held"],
+        vec!["watch", "--key", "pipe/held", "--json"],
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["man", "run"],
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["--version"],
+        vec!["dev-server", "--addr", "127.0.0.1:0"],
+        vec!["break", "--key", "pipe/free", "--yes"],
+    ]
+}
+
+/// Runs conlock with `stdout`; returns the exit status and stderr.
+fn with_stdout(
+    server: &conlock::devserver::DevServer,
+    args: &[&str],
+    stdout: Stdio,
+) -> (std::process::ExitStatus, String) {
+    let mut child = conlock(server)
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (wait_exit(&mut child, LONG), err)
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_141() {
+    let server = start_server();
+    let mut h = start_holder(&server, "pipe/held", &[], "exec sleep 60");
+    let c = client(&server);
+    assert!(wait_for(LONG, || holder(&c, "pipe/held").is_some()));
+    for args in stdout_writers() {
+        let (st, err) = with_stdout(&server, &args, closed_pipe());
+        assert_eq!(
+            (st.code(), err.as_str()),
+            (Some(141), ""),
+            "conlock {args:?} to a closed pipe: {st}"
+        );
+    }
+    // break still breaks: the output comes after the session is destroyed.
+    let (st, err) = with_stdout(
+        &server,
+        &["break", "--key", "pipe/held", "--yes"],
+        closed_pipe(),
+    );
+    assert_eq!((st.code(), err.as_str()), (Some(141), ""), "break: {st}");
+    assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
+}
+
+#[test]
+fn a_full_stdout_is_one_error_line_and_125() {
+    let server = start_server();
+    let mut h = start_holder(&server, "pipe/held", &[], "exec sleep 60");
+    let c = client(&server);
+    assert!(wait_for(LONG, || holder(&c, "pipe/held").is_some()));
+    for args in stdout_writers() {
+        let (st, err) = with_stdout(&server, &args, dev_full());
+        assert_eq!(st.code(), Some(125), "conlock {args:?} > /dev/full: {st}");
+        assert_eq!(
+            err, "conlock: error: cannot write to stdout: No space left on device (os error 28)\n",
+            "conlock {args:?} > /dev/full"
+        );
+    }
+    let (st, err) = with_stdout(
+        &server,
+        &["break", "--key", "pipe/held", "--yes"],
+        dev_full(),
+    );
+    assert_eq!(st.code(), Some(125), "break: {st}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(wait_exit(&mut h, LONG).code(), Some(124));
+}
+
+/// Messages that read cleanly (issue 32, item 11).
+#[test]
+fn operator_messages_read_cleanly() {
+    let server = start_server();
+    // A semaphore nobody holds: no "0 of unknown".
+    let (code, text) = status(&server, &["--prefix", "idle", "--kind", "semaphore"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("slots:     0 held; the limit is not known yet (no .lock)\n"),
+        "{text}"
+    );
+
+    // A holder with no value and no session name: no "session X of session X".
+    let c = client(&server);
+    let sid = c
+        .session_create(&conlock::consul::SessionRequest::default())
+        .unwrap();
+    let put = conlock::consul::PutOptions {
+        flags: conlock::consul::LOCK_FLAGS,
+        acquire: Some(&sid),
+        ..Default::default()
+    };
+    assert!(c.kv_put("plain", b"", put).unwrap());
+    conlock(&server)
+        .args(["break", "--key", "plain", "--yes"])
+        .assert()
+        .success()
+        .stdout(format!(
+            "destroyed session {sid}; plain can be acquired again after 15s (lock-delay)\n"
+        ));
+
+    // A failing handler: its command line, then how it ended, once.
+    let mut w = KillOnDrop(
+        conlock(&server)
+            .args(["watch", "--key", "w", "--", "sh", "-c", "exit 9"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(w.0.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line,
+        "conlock: warning: the handler (sh -c 'exit 9') exited with 9\n"
+    );
+}

@@ -263,20 +263,18 @@ fn full_stderr_pipe_does_not_delay_the_stop() {
 /// supervising loop: no SIGKILL came from conlock, and it never exited.)
 #[test]
 fn full_stderr_and_no_room_for_a_thread_do_not_stop_the_stop() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root, to run conlock under its own user ID");
-        return;
+    if !is_root() {
+        return skip("needs root, to run conlock under its own user ID");
     }
     let server = start_server();
-    let dir = scratch("stderr-full-nproc");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let (marker, pidfile) = (dir.join("running"), dir.join("pid"));
+    let shared = reachable_scratch("stderr-full-nproc");
+    let (marker, pidfile) = (shared.dir.join("running"), shared.dir.join("pid"));
     // The command ignores TERM: only a SIGKILL ends it.
     let cmd = format!(
         "exec 2>/dev/null; echo $$ > {}; trap '' TERM; exec sleep 600",
         pidfile.display()
     );
-    let mut c = conlock(&server);
+    let mut c = shared.conlock(&server);
     // A user ID of its own, so that no other process counts against its limit of 6:
     // conlock's main, signal, renew and monitor threads, the guardian and the command.
     c.args([
@@ -635,18 +633,15 @@ fn an_escapee_hidden_by_hidepid_is_stopped() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if unsafe { libc::geteuid() } != 0
-        || !tools.iter().all(|t| Path::new(t).exists())
-        || !can_mount()
-    {
-        eprintln!(
-            "skipped an_escapee_hidden_by_hidepid_is_stopped: needs root, {tools:?} and Linux 5.8"
-        );
-        return;
+    if !is_root() || !tools.iter().all(|t| Path::new(t).exists()) || !can_mount() {
+        return skip(&format!(
+            "needs root, {} and Linux 5.8 (a /proc mount with hidepid=invisible)",
+            tools.join(", ")
+        ));
     }
     let server = start_server();
-    let dir = scratch("hidepid");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let shared = reachable_scratch("hidepid");
+    let (dir, bin) = (&shared.dir, shared.bin.display());
     let d = dir.display();
     // Not dumpable (PR_SET_DUMPABLE 0), in a session of its own; then it waits.
     std::fs::write(
@@ -666,12 +661,13 @@ fn an_escapee_hidden_by_hidepid_is_stopped() {
     let inner = format!(
         "{mount} && \
          exec setpriv --reuid=65534 --regid=65534 --clear-groups \
-         {BIN} run --key hidepid --kill-grace 1s -- sh {d}/cmd.sh"
+         {bin} run --key hidepid --kill-grace 1s -- sh {d}/cmd.sh"
     );
     let mut run = KillOnDrop(
         Command::new("/usr/bin/unshare")
             .args(["-m", "--propagation", "private", "sh", "-c", &inner])
             .env("CONSUL_HTTP_ADDR", server.addr().to_string())
+            .current_dir(dir)
             .stdin(Stdio::null())
             .spawn()
             .unwrap(),
@@ -691,19 +687,16 @@ fn an_escapee_hidden_by_hidepid_is_stopped() {
 /// here, and the command was stopped as lost (exit 124) at the first deadline.
 #[test]
 fn a_command_that_uses_up_the_process_limit_keeps_the_lock() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped a_command_that_uses_up_the_process_limit_keeps_the_lock: needs root");
-        return;
+    if !is_root() {
+        return skip("needs root, to run conlock under its own user ID");
     }
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!(
-            "skipped a_command_that_uses_up_the_process_limit_keeps_the_lock: no /usr/bin/python3"
-        );
-        return;
+        return skip("no /usr/bin/python3");
     }
     // A uid of its own: the limit counts every task of the user, other tests' included.
     const UID: u32 = 64999;
     let server = start_server();
+    let shared = reachable_scratch("nproc");
     // Forks sleepers until fork fails; they outlive several deadline windows (800 ms).
     let filler = "import os, time\n\
                   kids = []\n\
@@ -719,7 +712,7 @@ fn a_command_that_uses_up_the_process_limit_keeps_the_lock() {
                   assert 0 < len(kids) < 500, len(kids)\n\
                   for k in kids:\n\
                   \x20   os.waitpid(k, 0)\n";
-    let mut cmd = conlock(&server);
+    let mut cmd = shared.conlock(&server);
     cmd.args(["run", "--key", "nproc", "--ttl", "10s"])
         .args(["--lock-delay", "2s", "--kill-grace", "1s"])
         .args(["--", "/usr/bin/python3", "-c", filler])

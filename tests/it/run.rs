@@ -133,7 +133,9 @@ fn foreign_flags_are_refused_and_left_alone() {
         .args(["run", "--key", "app/config", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("not a conlock/consul lock"));
+        .stderr(contains(
+            "key \"app/config\" is a plain key (no lock flags: written by something else), not a lock's; refusing to touch it",
+        ));
     let (pair, _) = c.kv_get("app/config", QueryOptions::default()).unwrap();
     let pair = pair.unwrap();
     assert_eq!(pair.value_bytes(), b"precious");
@@ -677,12 +679,12 @@ fn arguments_reach_the_command_byte_for_byte() {
 #[test]
 fn no_room_for_the_renew_thread_is_exit_125() {
     use std::os::unix::process::CommandExt;
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root, to run conlock under its own user ID");
-        return;
+    if !is_root() {
+        return skip("needs root, to run conlock under its own user ID");
     }
     let server = start_server();
-    let mut cmd = conlock(&server);
+    let shared = reachable_scratch("nproc-renew");
+    let mut cmd = shared.conlock(&server);
     // A user ID of its own, so that no other process counts against its limit: conlock,
     // the guardian and the signal thread fit in 3; the renew thread does not.
     cmd.args(["run", "--key", "nproc", "--", "true"])
@@ -692,8 +694,10 @@ fn no_room_for_the_renew_thread_is_exit_125() {
     let out = match cmd.output() {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("skipped: user 61927 cannot run {BIN}: {e}");
-            return;
+            return skip(&format!(
+                "user 61927 cannot run {}: {e}",
+                shared.bin.display()
+            ))
         }
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -713,4 +717,95 @@ fn no_room_for_the_renew_thread_is_exit_125() {
             .is_empty()),
         "the session was left behind"
     );
+}
+
+#[test]
+fn quiet_drops_the_busy_message_but_never_a_kill_or_a_loss() {
+    let server = start_server();
+    let mut h = start_holder(&server, "q/busy", &[], "sleep 60");
+    // Busy: silent, as `flock -n` is.
+    conlock(&server)
+        .args([
+            "run",
+            "-q",
+            "--key",
+            "q/busy",
+            "--timeout",
+            "0s",
+            "--",
+            "true",
+        ])
+        .assert()
+        .code(75)
+        .stderr("");
+    signal(h.id(), libc::SIGTERM);
+    wait_exit(&mut h, LONG);
+
+    // Killed by --max-time: the kill is said.
+    conlock(&server)
+        .args(["run", "-q", "--key", "q/3", "--max-time", "1s", "--"])
+        .args(["sleep", "30"])
+        .assert()
+        .code(123)
+        .stderr(contains(
+            "ran longer than --max-time 1s; stopping the command",
+        ));
+
+    // Lost to a break: the loss is said.
+    let running = scratch("quiet").join("running");
+    let mut q = conlock(&server)
+        .args([
+            "run",
+            "-q",
+            "--key",
+            "q/lost",
+            "--kill-grace",
+            "200ms",
+            "--",
+        ])
+        .args(marked(&running, "exec sleep 60"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || running.exists()));
+    conlock(&server)
+        .args(["-q", "break", "--key", "q/lost", "--yes"])
+        .assert()
+        .success();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut q.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(wait_exit(&mut q, LONG).code(), Some(124));
+    assert!(err.contains("conlock: lock lost: "), "stderr: {err:?}");
+}
+
+#[test]
+fn background_processes_are_stopped_and_said_so() {
+    let server = start_server();
+    let pidfile = scratch("bg").join("pid");
+    let out = conlock(&server)
+        .args(["run", "--key", "bg/1", "--", "sh", "-c"])
+        .arg(format!("sleep 60 & echo $! > {}", pidfile.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err,
+        "conlock: the command exited and left 1 process running; stopping it (background processes of the command do not outlive the lock)\n"
+    );
+    let pid: i32 = read(&pidfile).trim().parse().unwrap();
+    assert!(
+        !process_alive(pid),
+        "the background sleep {pid} outlived conlock"
+    );
+    // A command that leaves nothing behind: nothing said.
+    conlock(&server)
+        .args(["run", "--key", "bg/1", "--", "true"])
+        .assert()
+        .success()
+        .stderr("");
+    conlock(&server)
+        .args(["run", "--help"])
+        .assert()
+        .stdout(contains("flock and consul lock leave them running"));
 }

@@ -194,7 +194,17 @@ fn conflicts_give_125() {
         .args(["sem", "--limit", "3", "--prefix", "conf", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("semaphore limit conflict (lock: 2, local: 3)"));
+        .stderr(contains(
+            "semaphore \"conf\" has a limit of 2 (in conf/.lock, set by its first holder), not --limit 3: every user of one prefix must give the same limit",
+        ));
+    // A lock on the semaphore's prefix: said in words.
+    conlock(&server)
+        .args(["run", "--prefix", "conf", "--", "true"])
+        .assert()
+        .code(125)
+        .stderr(contains(
+            "key \"conf/.lock\" is a semaphore's key (conlock sem, consul lock -n), not a lock's; refusing to touch it; a prefix holds either a lock or a semaphore",
+        ));
     signal(a.id(), libc::SIGTERM);
     wait_exit(&mut a, LONG);
 
@@ -206,7 +216,9 @@ fn conflicts_give_125() {
         .args(["sem", "--limit", "2", "--prefix", "foreign", "--", "true"])
         .assert()
         .code(125)
-        .stderr(contains("not a semaphore"));
+        .stderr(contains(
+            "is a plain key (no lock flags: written by something else), not a semaphore's",
+        ));
 
     // Invalid JSON in a semaphore .lock: clear error, key untouched.
     let put = PutOptions {
@@ -363,4 +375,149 @@ fn release_reuses_the_acquisitions_connection() {
         "the release opened a connection"
     );
     assert!(nothing_left(&server, "semconn"));
+}
+
+/// A waiter whose session is invalidated right after it created its contender key
+/// (before its first read) is a lost session, not a puzzle: it gets a new session and
+/// runs. (It exited 125: its second write with the dead session counted as a second
+/// answer that made no sense.)
+#[test]
+fn a_session_lost_right_after_entering_gets_a_new_one() {
+    let server = std::sync::Arc::new(start_server());
+    let dir = scratch("lost-after-enter");
+    let ran = dir.join("ran");
+    let s2 = server.clone();
+    // The first contender key's session, until the listing after it invalidates it.
+    let first = std::sync::Mutex::new((None::<String>, false));
+    let relay = inspecting_relay(server.addr(), move |text| {
+        let mut first = first.lock().unwrap();
+        if let Some(rest) = text.strip_prefix("PUT /v1/kv/enterlost/") {
+            if first.0.is_none() && !rest.starts_with(".lock") {
+                first.0 = Some(rest.chars().take(36).collect());
+            }
+        } else if text.starts_with("GET /v1/kv/enterlost?recurse") && !first.1 {
+            if let Some(sid) = first.0.clone() {
+                first.1 = true;
+                assert!(s2.expire_session(&sid), "no session {sid}");
+            }
+        }
+    });
+    let out = conlock_at(relay)
+        .args([
+            "sem",
+            "--limit",
+            "1",
+            "--prefix",
+            "enterlost",
+            "--timeout",
+            "30s",
+        ])
+        .args(["--"])
+        .args(marked(&ran, "true"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(ran.exists(), "{stderr}");
+}
+
+/// An agent that refuses every check-and-set of `.lock` though nothing changed it: the
+/// second refusal in a row ends the run with 125 and says so (it went on until
+/// `--timeout`, exit 75, or forever without one).
+#[test]
+fn a_lock_check_and_set_refused_for_nothing_ends_with_125() {
+    let server = start_server();
+    let relay = inspecting_relay_with(server.addr(), |chunk| {
+        let text = String::from_utf8_lossy(chunk);
+        if text.starts_with("PUT /v1/kv/casnever/.lock?") {
+            // An index no key has: every check-and-set fails.
+            text.replacen("cas=", "cas=9999", 1).into_bytes()
+        } else {
+            chunk.to_vec()
+        }
+    });
+    let out = conlock_at(relay)
+        .args([
+            "sem",
+            "--limit",
+            "2",
+            "--prefix",
+            "casnever",
+            "--timeout",
+            "30s",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("left it unchanged"), "{stderr}");
+    assert!(stderr.contains("twice in a row"), "{stderr}");
+}
+
+/// A contender whose key is deleted by someone else between its slot's check-and-set and
+/// the rewrite of its key runs no command under that session (the rewrite brings the key
+/// back; a waiter that saw it gone may already count that holder's cushion, and would
+/// cut it short). It goes on with a new session. (It ran under the old one: with a
+/// waiter that had seen the key gone, a later `break` let that waiter start while the
+/// holder's command was still inside its kill-grace.)
+#[test]
+fn a_contender_key_deleted_before_the_rewrite_runs_nothing_under_that_session() {
+    let server = start_server();
+    let dir = scratch("deleted-before-touch");
+    let said = dir.join("session");
+    let upstream = server.addr();
+    // X's first session, and whether its slot's check-and-set went by.
+    let state = std::sync::Arc::new(std::sync::Mutex::new((None::<String>, false, false)));
+    let seen = state.clone();
+    let relay = inspecting_relay(upstream, move |text| {
+        let mut st = state.lock().unwrap();
+        if text.starts_with("PUT /v1/kv/deltouch/.lock?") {
+            st.1 = st.0.is_some();
+        } else if let Some(rest) = text.strip_prefix("PUT /v1/kv/deltouch/") {
+            let sid: String = rest.chars().take(36).collect();
+            match &st.0 {
+                None => st.0 = Some(sid),
+                Some(first) if *first == sid && st.1 && !st.2 => {
+                    // The rewrite after the slot: an operator deletes the key first.
+                    st.2 = true;
+                    let r = crate::common::http(
+                        upstream,
+                        "DELETE",
+                        &format!("/v1/kv/deltouch/{sid}"),
+                        None,
+                        &[],
+                    );
+                    assert_eq!(r.status, 200);
+                }
+                _ => {}
+            }
+        }
+    });
+    let out = conlock_at(relay)
+        .args(["sem", "-v", "--limit", "1", "--prefix", "deltouch"])
+        .args([
+            "--lock-delay",
+            "3s",
+            "--kill-grace",
+            "1s",
+            "--timeout",
+            "60s",
+            "--",
+        ])
+        .args(["sh", "-c"])
+        .arg(format!("echo $CONLOCK_SESSION > {}", said.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ran_as = read(&said).trim().to_string();
+    assert!(!ran_as.is_empty(), "the command did not run: {stderr}");
+    let (first, _, deleted) = seen.lock().unwrap().clone();
+    assert!(deleted, "the relay never deleted the key: {stderr}");
+    assert_ne!(
+        Some(ran_as),
+        first,
+        "ran under the session whose key was deleted: {stderr}"
+    );
 }
