@@ -179,6 +179,27 @@ class ConsulAgent(Server):
             time.sleep(0.1)
             return False
 
+    def stalls(self):
+        """The agent's own log (dev mode logs every request and how long its handler took):
+        how many answers came later than asked for (a blocking query more than 1 s past
+        its wait plus Consul's wait/16 jitter, any other request after more than 1 s),
+        and the worst lateness in seconds: the agent itself was stalled (its runtime
+        starved of CPU), not the tool it served."""
+        late = []
+        units = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+        for line in read_text(self.logpath).splitlines():
+            m = re.search(r"\[DEBUG\] http: Request \S+ (\S+) \(([0-9.]+)(ns|µs|us|ms|s|m)\)", line)
+            if not m:
+                continue
+            took = float(m.group(2)) * units[m.group(3)]
+            allowed = 1.0
+            if re.search(r"[?&]index=[1-9]", m.group(1)):  # blocking: wait, or Consul's 5 min
+                w = re.search(r"[?&]wait=([0-9]+)ms", m.group(1))
+                allowed += (int(w.group(1)) / 1000 if w else 300) * 17 / 16
+            if took > allowed:
+                late.append(took - allowed + 1)
+        return {"late_answers": len(late), "worst_late_s": max(late) if late else None}
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
@@ -1573,6 +1594,11 @@ def report(r, out, real):
     print(f"server: {r['server']}")
     print(f"machine: {n['cpus']} CPUs, load average {n['loadavg_start']} at the start, "
           f"{n['loadavg_end']} at the end; targets for {'a real agent' if real else 'the dev server'}")
+    if n.get("agent"):
+        a = n["agent"]
+        print(f"agent: {a['late_answers']} answers came more than 1 s later than asked for"
+              + (f" (worst {a['worst_late_s']:.1f} s late: the agent was stalled; see {n['agent_log']})"
+                 if a["late_answers"] else ""))
     head = f"{'measurement':<38} {'conlock':>11} {'target':>22} {'verdict':>7}"
     if other:
         head += f" {'consul lock':>11} {'ratio':>6}"  # ratio: conlock / consul lock
@@ -1694,6 +1720,9 @@ def main():
         server.stop()
     results["tools"] = per_tool
     results["noise"]["loadavg_end"] = loadavg()
+    if isinstance(server, ConsulAgent):
+        results["noise"]["agent"] = server.stalls()
+        results["noise"]["agent_log"] = server.logpath
     # Request counts are only as good as the proxy's parsing.
     per_tool["conlock"]["0_harness"] = {"proxy_errors": proxy.errors}
     passed = report(results, out_path, real)
