@@ -394,8 +394,10 @@ def wait_for(cond, within=60.0):
 
 
 def bash_job(log, body):
-    """A bash child that logs S/E lines with $EPOCHREALTIME (no fork for the timestamp)."""
-    return ["bash", "-c", f'echo "S $$ $EPOCHREALTIME" >> {log}; {body}; echo "E $$ $EPOCHREALTIME" >> {log}']
+    """A bash child that logs S/E lines with $EPOCHREALTIME (no fork for the timestamp),
+    its id the pid and start time (pids come round again within a second here)."""
+    return ["bash", "-c", f'id=$$-$EPOCHREALTIME; echo "S $id $EPOCHREALTIME" >> {log}; {body}; '
+                          f'echo "E $id $EPOCHREALTIME" >> {log}']
 
 
 COMPILED = {}
@@ -506,8 +508,10 @@ def proc_state(pid):
         return None
 
 
-def alive(pid):
-    return pid is not None and proc_state(pid) not in (None, "Z", "X")
+def beat_alive(pid, beat, hb):
+    """Is `pid` still our beat program for `hb`, and not a zombie? (Checked by its
+    command line: pids come round again within a second on a busy machine.)"""
+    return pid is not None and pid in pids_running(beat, hb) and proc_state(pid) not in (None, "Z", "X")
 
 
 def pids_running(exe, arg):
@@ -867,14 +871,14 @@ def failover_run(tool, server, beat, extra, i, r, err):
                                  f"{'ran' if t1 else 'never ran'}{err.last()}")
             return
         # Still beating after the next command started, or alive now: both held at once.
-        if last is None or last >= t1 or alive(cmd_pid):
+        if last is None or last >= t1 or beat_alive(cmd_pid, beat, hb):
             r["alive_at_next_start"] += 1
         else:
             r["margins_ms"].append((t1 - last) * 1000)
         r["failover_ms"].append((t1 - t0) * 1000)
     finally:
         stop_all(procs)
-        if cmd_pid and alive(cmd_pid):  # `consul lock` leaves its command running when it is killed
+        if beat_alive(cmd_pid, beat, hb):  # `consul lock` leaves its command running when it is killed
             kill_pid(cmd_pid)
 
 
@@ -1267,7 +1271,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
                 problems.append(f"run {i}: the waiter exited {code}; kill stamped: {t0 is not None}, "
                                 f"next command started: {t1 is not None}{err.last()}")
                 continue
-            if last is None or last >= t1 or alive(cmd_pid):
+            if last is None or last >= t1 or beat_alive(cmd_pid, beat, hb):
                 alive_after += 1
                 problems.append(f"run {i}: the killed holder's command was still running when the next one started")
             else:
@@ -1276,7 +1280,7 @@ def bench_no_reaper(server, binary, runs, lock_delay="15s"):
         finally:
             open(go, "w").close()
             stop_all(procs)  # SIGKILL of unshare: --kill-child takes the whole namespace
-            if cmd_pid and alive(cmd_pid):
+            if beat_alive(cmd_pid, beat, hb):
                 kill_pid(cmd_pid)
     return {
         "runs": len(failovers),
