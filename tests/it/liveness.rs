@@ -59,16 +59,21 @@ int main(int argc, char **argv) {
 
 /// Builds the worker in `dir`.
 fn worker(dir: &Path) -> PathBuf {
-    let src = dir.join("worker.c");
-    let bin = dir.join("worker");
-    std::fs::write(&src, WORKER_C).unwrap();
+    build_c(dir, "worker", WORKER_C)
+}
+
+/// Builds the C program `source` as `dir/name`.
+fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source).unwrap();
     let cc = Command::new("cc")
         .args(["-pthread", "-o"])
         .arg(&bin)
         .arg(&src)
         .status()
-        .expect("these tests need a C compiler (cc) to build their worker");
-    assert!(cc.success(), "cc failed on the worker: {cc}");
+        .expect("these tests need a C compiler (cc) to build their helper programs");
+    assert!(cc.success(), "cc failed on {name}: {cc}");
     bin
 }
 
@@ -378,16 +383,7 @@ fn a_survivor_outlives_nothing(tag: &str, source: &str, args: &str) {
     let server = start_server();
     let dir = scratch(tag);
     let log = dir.join("log");
-    let src = dir.join(format!("{tag}.c"));
-    let bin = dir.join(tag);
-    std::fs::write(&src, source).unwrap();
-    let cc = Command::new("cc")
-        .args(["-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("these tests need a C compiler (cc)");
-    assert!(cc.success(), "cc failed: {cc}");
+    let bin = build_c(&dir, tag, source);
     let until = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
