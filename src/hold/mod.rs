@@ -2,12 +2,16 @@
 //! the child, supervision, the guardian and the exit code. A `Claim` (a lock or a
 //! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
 
+pub mod event;
 pub mod guardian;
 pub mod procfs;
+pub mod program;
 pub mod session;
 mod signals;
 mod spawn;
 pub mod supervise;
+mod terminal;
+mod threads;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -19,9 +23,12 @@ use crate::consul::Client;
 use crate::error::{exit, Error, Result};
 use crate::events;
 use crate::ui;
+use event::Event;
 use guardian::Guardian;
+use program::Program;
 use session::{Session, SessionRef, SessionSpec};
-use supervise::{Child, Event, Outcome, Program, StopPolicy};
+use supervise::{Child, Outcome, StopPolicy};
+use threads::keep_joinable;
 
 /// Everything `run`/`sem` need besides the claim itself.
 pub struct HoldSpec {
@@ -460,7 +467,7 @@ fn hold_guarded(
         )),
         _ => ui::verbose(format_args!(
             "command {}; {} {}",
-            supervise::describe_end(code),
+            event::describe_end(code),
             if released {
                 "released"
             } else {
@@ -483,7 +490,7 @@ pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
 /// The exit code and the `how` of the `exit` event for an outcome.
 fn exit_of(outcome: &Outcome) -> (i32, &'static str) {
     match outcome {
-        Outcome::Exited(code) => match supervise::child_signal() {
+        Outcome::Exited(code) => match event::child_signal() {
             Some(sig) if *code == 128 + sig => (*code, "signal"),
             _ => (*code, "exited"),
         },
@@ -494,7 +501,7 @@ fn exit_of(outcome: &Outcome) -> (i32, &'static str) {
 
 /// Emits the `exit` event and returns `code`.
 fn exit_event(code: i32, how: &str) -> i32 {
-    let extra = match (how, supervise::child_signal()) {
+    let extra = match (how, event::child_signal()) {
         ("signal", Some(sig)) => serde_json::json!({ "signal": sig }),
         _ => serde_json::json!({}),
     };
@@ -653,13 +660,6 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
         .map_err(|e| Error::Other(e.into()))?;
     keep_joinable(thread);
     Ok(())
-}
-
-/// Never joined, never detached: a detached thread on musl unmaps its own stack as it
-/// ends, and that unmap flushes the TLB of the CPU where conlock's main thread runs
-/// (an interrupt to a vCPU). The exit frees the stack with everything else.
-pub(crate) fn keep_joinable<T>(thread: std::thread::JoinHandle<T>) {
-    std::mem::forget(thread);
 }
 
 #[cfg(test)]
