@@ -10,8 +10,9 @@ use crate::claim::{HolderValue, MonitorPolicy};
 use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs};
 use crate::consul::{Client, ConnConfig, ConnFlags, CONSUL_MAX_LOCK_DELAY};
 use crate::error::{Error, Result};
+use crate::hold::program;
 use crate::hold::session::SessionSpec;
-use crate::hold::supervise::{self, StopPolicy};
+use crate::hold::supervise::StopPolicy;
 use crate::hold::{self, HoldSpec};
 use crate::ops;
 use crate::ui;
@@ -211,9 +212,9 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             "--max-time must be longer than 0s (leave it out for no limit)".into(),
         ));
     }
-    let kill_signal = supervise::parse_signal(&hold.kill_signal)
+    let kill_signal = program::parse_signal(&hold.kill_signal)
         .map_err(|e| Error::Usage(format!("--kill-signal: {e}")))?;
-    let program = supervise::resolve(&hold.command, hold.shell)?;
+    let program = program::resolve(&hold.command, hold.shell)?;
     let host = hostname();
     // Consul applies at most 60 s of lock-delay: promising more would be a lie that
     // the kill-grace check below would then rely on.

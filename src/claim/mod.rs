@@ -2,6 +2,7 @@
 //! watch it, confirm it and give it back. Below the hold life cycle (`crate::hold`), above
 //! the Consul client: nothing here knows about processes, signals or the guardian.
 
+mod build;
 pub mod describe;
 pub mod lock;
 pub mod lockdelay;
@@ -104,20 +105,6 @@ pub enum ClaimSpec {
 }
 
 impl ClaimSpec {
-    /// The claim, able to release (its stored value is not needed for that).
-    pub fn build(&self) -> Box<dyn Claim> {
-        match self.clone() {
-            ClaimSpec::Lock { key } => {
-                Box::new(lock::Lock::new(key, HolderValue::Given(Vec::new())))
-            }
-            ClaimSpec::Semaphore { prefix, limit } => Box::new(semaphore::Semaphore {
-                prefix,
-                limit,
-                value: HolderValue::Given(Vec::new()),
-            }),
-        }
-    }
-
     /// For messages: `the lock "k"` or `a slot of semaphore "p"`.
     pub fn describe(&self) -> String {
         match self {
