@@ -39,15 +39,6 @@ ALLOWED_SIDEWAYS = {("ops", "hold")}
 # cli is the top of the tree but app uses its types: the one upward edge by design.
 ALLOWED_UPWARD = {("app", "cli")}
 CLAP_USERS = {"cli", "app"}
-# Edges that close a cycle inside a folder and are not untangled yet: left out of the
-# folder check, so that no new cycle comes. One that no longer exists is reported, so
-# that the list only shrinks. (devserver: http dispatches to api, which uses http's
-# request and response types; http and shared use mod.rs's options.)
-KNOWN_FOLDER_EDGES = {
-    ("src/devserver", "http", "api"),
-    ("src/devserver", "http", "mod"),
-    ("src/devserver", "shared", "mod"),
-}
 
 
 def strip_tests(text: str) -> str:
@@ -219,12 +210,8 @@ def main() -> int:
     # Cycles, whatever the ranks say.
     problems += ["cycle: " + c for c in cycles(graph)]
     folders = folder_graphs()
-    for folder, a, b in sorted(KNOWN_FOLDER_EDGES):
-        if b not in folders.get(folder, {}).get(a, set()):
-            problems.append(f"{folder}/{a}.rs no longer uses {b}.rs: drop it from KNOWN_FOLDER_EDGES")
     for folder, fgraph in folders.items():
-        kept = {a: {b for b in deps if (folder, a, b) not in KNOWN_FOLDER_EDGES} for a, deps in fgraph.items()}
-        problems += [f"cycle in {folder}/: {c}" for c in cycles(kept)]
+        problems += [f"cycle in {folder}/: {c}" for c in cycles(fgraph)]
     if verbose:
         for a in sorted(graph):
             print(f"{a} -> {', '.join(sorted(graph[a])) or '-'}")
