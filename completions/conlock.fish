@@ -53,7 +53,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l behavior -d 'Ses
 delete\t''"
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
@@ -65,7 +65,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry -d
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l monitor-retry-time -d 'Pause between those reads' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r -f
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N; format in /usr/share/doc/conlock/docs/events.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
@@ -80,14 +80,14 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see docs/safety.md)'
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see /usr/share/doc/conlock/docs/safety.md)'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l prefix -d 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see docs/safety.md' -r -f
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
@@ -99,7 +99,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry -d
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l monitor-retry-time -d 'Pause between those reads' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l min-hold -d 'Keep the lock at least this long after the command started, even if it ends sooner' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l max-time -d 'Stop the command (like a loss: --kill-signal, --kill-grace, SIGKILL) after this long; exit 123' -r -f
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l events -d 'Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), \'-\' (stderr) or fd:N; format in /usr/share/doc/conlock/docs/events.md' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l http-addr -d 'Consul HTTP address: host:port, http://host:port or https://host:port; host:port means https when CONSUL_HTTP_SSL=true [env: CONSUL_HTTP_ADDR] [default: 127.0.0.1:8500]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token -d 'ACL token sent as X-Consul-Token [env: CONSUL_HTTP_TOKEN]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l token-file -d 'File holding the ACL token [env: CONSUL_HTTP_TOKEN_FILE]' -r -F
@@ -114,7 +114,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -s v -l verbose -d 
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l shell -d 'Run one string through $SHELL -c (falls back to /bin/sh)'
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see docs/safety.md)'
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l unguarded -d 'Run the command even if the guardian process cannot start (then nothing stops the command if conlock is killed or stopped; see /usr/share/doc/conlock/docs/safety.md)'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l key -d 'A lock key' -r
@@ -134,7 +134,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand status" -l namespace -d 
 complete -c conlock -n "__fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
-complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema in docs/status.schema.json)'
+complete -c conlock -n "__fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema: status.schema.json, see JSON below)'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand status" -s V -l version -d 'Print version'
 complete -c conlock -n "__fish_conlock_using_subcommand watch" -l key -d 'A lock key' -r

@@ -16,6 +16,8 @@ use crate::hold::{self, HoldSpec};
 use crate::ops;
 use crate::ui;
 
+pub mod man;
+
 pub const TTL_MIN: Duration = Duration::from_secs(10);
 pub const TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Consul's limit on a KV value.
@@ -92,22 +94,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Man { subcommand } => {
-            let top = <Cli as clap::CommandFactory>::command();
-            let page = match &subcommand {
-                None => top,
-                Some(name) => top
-                    .find_subcommand(name)
-                    .cloned()
-                    .ok_or_else(|| Error::Usage(format!("no subcommand {name:?}")))?
-                    .name(format!("conlock-{name}"))
-                    // The synopsis shows how it is typed.
-                    .bin_name(format!("conlock {name}")),
-            };
-            let mut roff = Vec::new();
-            clap_mangen::Man::new(page)
-                .render(&mut roff)
-                .map_err(|e| Error::Other(e.into()))?;
-            ui::out(roff)?;
+            ui::out(man::page(subcommand.as_deref())?)?;
             Ok(0)
         }
     }
@@ -152,7 +139,7 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
         Behavior::Delete => "delete",
     };
     let mut prepared = prepare(conn, &args.hold, behavior)?;
-    crate::events::install(prepared.events.take(), "lock", &key);
+    crate::events::install(prepared.events.take(), "lock", &key, &prepared.about);
     let value = prepared.value.clone();
     let lock = Lock::new(key, value);
     hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
@@ -161,7 +148,12 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
 fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
     let prefix = normalize_key(&args.prefix, "--prefix")?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
-    crate::events::install(prepared.events.take(), "semaphore", &prefix);
+    crate::events::install(
+        prepared.events.take(),
+        "semaphore",
+        &prefix,
+        &prepared.about,
+    );
     let sem = Semaphore {
         prefix,
         limit: args.limit,
@@ -196,6 +188,8 @@ pub struct Prepared {
     pub value: HolderValue,
     /// `--events`, opened; installed once the target is known.
     pub events: Option<crate::events::Sink>,
+    /// The host and the command, for every `--events` line.
+    pub about: crate::events::About,
 }
 
 /// Validates the shared options and builds the client; makes no request.
@@ -275,10 +269,15 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         Some(spec) => Some(crate::events::Sink::open(spec).map_err(Error::Usage)?),
         None => None,
     };
+    let about = crate::events::About {
+        host: host.clone(),
+        command: truncate(&program.display, MAX_COMMAND_CHARS),
+    };
     Ok(Prepared {
         client,
         value,
         events,
+        about,
         spec: HoldSpec {
             program,
             session,

@@ -103,7 +103,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
 Exit codes:\n  0    held\n  1    free (also right after a `break` or a loss: the holder that lost the lock\n       deletes its key on the way out, and Consul does not show the lock-delay that\n       may still run; `run --timeout 0s` is the authoritative test)\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
-JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphore\"; both\nhave state, held and holders)."
+JSON: one object (kind \"lock\" or \"semaphore\"; both have state, held and holders);\nschema in /usr/share/doc/conlock/docs/status.schema.json (make install: under PREFIX)"
     )]
     Status(StatusArgs),
     /// Print a line (or run a handler) each time the holder changes
@@ -233,7 +233,7 @@ pub struct HoldArgs {
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
     /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
-    /// --kill-grace by a margin: see docs/safety.md
+    /// --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]
@@ -276,10 +276,10 @@ pub struct HoldArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub max_time: Option<Duration>,
     /// Run the command even if the guardian process cannot start (then nothing stops the
-    /// command if conlock is killed or stopped; see docs/safety.md)
+    /// command if conlock is killed or stopped; see /usr/share/doc/conlock/docs/safety.md)
     #[arg(long)]
     pub unguarded: bool,
-    /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
+    /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N; format in /usr/share/doc/conlock/docs/events.md
     #[arg(long, value_name = "FILE|-|fd:N")]
     pub events: Option<String>,
     /// The command and its arguments
@@ -345,7 +345,7 @@ pub enum Kind {
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Machine-readable output (schema in docs/status.schema.json)
+    /// Machine-readable output (schema: status.schema.json, see JSON below)
     #[arg(long)]
     pub json: bool,
     // Last: its heading applies to every option after it.

@@ -784,6 +784,74 @@ fn subcommand_options_sit_under_the_subcommand_heading() {
     }
 }
 
+/// Installed documentation is whole: the man pages put examples, exit codes and the
+/// environment under the headings man readers know, name only pages that exist, and
+/// neither they nor --help point at paths of the source tree (docs/...).
+#[test]
+fn man_pages_and_help_point_at_what_is_installed() {
+    const SUBS: [&str; 6] = ["run", "sem", "status", "watch", "break", "dev-server"];
+    let page = |sub: Option<&str>| -> String {
+        let out = Command::new(BIN).arg("man").args(sub).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "man {sub:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for sub in std::iter::once(None).chain(SUBS.iter().copied().map(Some)) {
+        let roff = page(sub);
+        let headings: Vec<&str> = roff.lines().filter(|l| l.starts_with(".SH ")).collect();
+        assert!(!headings.contains(&".SH EXTRA"), "{sub:?}: {headings:?}");
+        assert!(headings.contains(&".SH SEE ALSO"), "{sub:?}: {headings:?}");
+        if !matches!(sub, Some("watch" | "dev-server")) {
+            for h in [".SH EXAMPLES", ".SH EXIT STATUS"] {
+                assert!(headings.contains(&h), "{sub:?}: {h} in {headings:?}");
+            }
+        }
+        if matches!(sub, None | Some("run" | "sem")) {
+            assert!(
+                headings.contains(&".SH ENVIRONMENT"),
+                "{sub:?}: {headings:?}"
+            );
+        }
+        // Every page reference is a page `conlock man` prints.
+        let plain = roff
+            .replace("\\fB", "")
+            .replace("\\fR", "")
+            .replace("\\-", "-");
+        for (i, _) in plain.match_indices("(1)") {
+            let name = plain[..i]
+                .rsplit(|c: char| c.is_whitespace() || c == ',')
+                .next()
+                .unwrap();
+            let sub = name
+                .strip_prefix("conlock")
+                .unwrap_or_else(|| panic!("{name}(1)"));
+            if let Some(sub) = sub.strip_prefix('-') {
+                assert!(SUBS.contains(&sub), "{name}(1) has no page");
+            } else {
+                assert_eq!(sub, "", "{name}(1)");
+            }
+        }
+        let help = Command::new(BIN).args(sub).arg("--help").output().unwrap();
+        for text in [plain, String::from_utf8_lossy(&help.stdout).into_owned()] {
+            for (i, _) in text.match_indices("docs/") {
+                assert!(
+                    text[..i].ends_with("/usr/share/doc/conlock/"),
+                    "{sub:?}: a path of the source tree: {}",
+                    &text[i.saturating_sub(40)..(i + 30).min(text.len())]
+                );
+            }
+        }
+    }
+    // No page for the subcommands that have none (the top page lists them as usage).
+    let top = page(None);
+    for missing in [
+        "conlock\\-completions(1)",
+        "conlock\\-man(1)",
+        "conlock\\-help(1)",
+    ] {
+        assert!(!top.contains(missing), "{missing}");
+    }
+}
+
 /// Usage errors say what was probably meant and point at the subcommand's help; a bare
 /// `conlock` prints the help.
 #[test]
