@@ -83,6 +83,7 @@ $(RELEASE_BIN): $(SOURCES)
 	$(CARGO_RELEASE)
 	@echo '$(RELEASE_TARGET)' > $(RELEASE_STAMP)
 	@touch $@
+	@echo "release build: $@ ($(RELEASE_KIND))"
 
 ## Two jobs contend for one lock, then four for a 2-slot semaphore, on an embedded dev server.
 ## Uses the debug build (no LTO) that `make test` reuses, so a fresh clone gets there fast.

@@ -60,7 +60,7 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Health check to tie the session to (repeatable) [default: serfHealth]')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)')
             [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit code when not acquired within --timeout (0 makes "busy" a success)')
-            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]')
+            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default')
             [CompletionResult]::new('--value-file', '--value-file', [CompletionResultType]::ParameterName, 'Read the stored value from a file')
             [CompletionResult]::new('--kill-signal', '--kill-signal', [CompletionResultType]::ParameterName, 'Signal sent to the command''s process group when the lock is lost')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'Time between that signal and SIGKILL')
@@ -102,7 +102,7 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Health check to tie the session to (repeatable) [default: serfHealth]')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)')
             [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit code when not acquired within --timeout (0 makes "busy" a success)')
-            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]')
+            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default')
             [CompletionResult]::new('--value-file', '--value-file', [CompletionResultType]::ParameterName, 'Read the stored value from a file')
             [CompletionResult]::new('--kill-signal', '--kill-signal', [CompletionResultType]::ParameterName, 'Signal sent to the command''s process group when the lock is lost')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'Time between that signal and SIGKILL')
@@ -212,7 +212,7 @@ Register-ArgumentCompleter -Native -CommandName 'conlock' -ScriptBlock {
             break
         }
         'conlock;dev-server' {
-            [CompletionResult]::new('--addr', '--addr', [CompletionResultType]::ParameterName, 'Address to listen on (port 0 picks a free port)')
+            [CompletionResult]::new('--addr', '--addr', [CompletionResultType]::ParameterName, 'Address to listen on: IP:PORT, HOST:PORT (the first address HOST resolves to) or :PORT (127.0.0.1); port 0 picks a free port')
             [CompletionResult]::new('--session-ttl-min', '--session-ttl-min', [CompletionResultType]::ParameterName, 'Lowest session TTL accepted, like Consul''s session_ttl_min')
             [CompletionResult]::new('--acl-token', '--acl-token', [CompletionResultType]::ParameterName, 'Require this ACL token on every request')
             [CompletionResult]::new('--node-name', '--node-name', [CompletionResultType]::ParameterName, 'Node name the server reports')

@@ -56,7 +56,7 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand --check 'Health check to tie the session to (repeatable) [default: serfHealth]'
             cand --timeout 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)'
             cand --busy-exit-code 'Exit code when not acquired within --timeout (0 makes "busy" a success)'
-            cand --value 'Value stored in the key [default: JSON with host, pid, command, started]'
+            cand --value 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default'
             cand --value-file 'Read the stored value from a file'
             cand --kill-signal 'Signal sent to the command''s process group when the lock is lost'
             cand --kill-grace 'Time between that signal and SIGKILL'
@@ -97,7 +97,7 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand --check 'Health check to tie the session to (repeatable) [default: serfHealth]'
             cand --timeout 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)'
             cand --busy-exit-code 'Exit code when not acquired within --timeout (0 makes "busy" a success)'
-            cand --value 'Value stored in the key [default: JSON with host, pid, command, started]'
+            cand --value 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default'
             cand --value-file 'Read the stored value from a file'
             cand --kill-signal 'Signal sent to the command''s process group when the lock is lost'
             cand --kill-grace 'Time between that signal and SIGKILL'
@@ -203,7 +203,7 @@ set edit:completion:arg-completer[conlock] = {|@words|
             cand --version 'Print version'
         }
         &'conlock;dev-server'= {
-            cand --addr 'Address to listen on (port 0 picks a free port)'
+            cand --addr 'Address to listen on: IP:PORT, HOST:PORT (the first address HOST resolves to) or :PORT (127.0.0.1); port 0 picks a free port'
             cand --session-ttl-min 'Lowest session TTL accepted, like Consul''s session_ttl_min'
             cand --acl-token 'Require this ACL token on every request'
             cand --node-name 'Node name the server reports'

@@ -57,7 +57,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand run" -l lock-delay -d 'L
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
-complete -c conlock -n "__fish_conlock_using_subcommand run" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand run" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand run" -l kill-grace -d 'Time between that signal and SIGKILL' -r -f
@@ -91,7 +91,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand sem" -l lock-delay -d 'L
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
-complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]' -r
+complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value -d 'Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l value-file -d 'Read the stored value from a file' -r -F
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-signal -d 'Signal sent to the command\'s process group when the lock is lost' -r
 complete -c conlock -n "__fish_conlock_using_subcommand sem" -l kill-grace -d 'Time between that signal and SIGKILL' -r -f
@@ -178,7 +178,7 @@ complete -c conlock -n "__fish_conlock_using_subcommand break" -s q -l quiet -d 
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s h -l help -d 'Print help'
 complete -c conlock -n "__fish_conlock_using_subcommand break" -s V -l version -d 'Print version'
-complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l addr -d 'Address to listen on (port 0 picks a free port)' -r
+complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l addr -d 'Address to listen on: IP:PORT, HOST:PORT (the first address HOST resolves to) or :PORT (127.0.0.1); port 0 picks a free port' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l session-ttl-min -d 'Lowest session TTL accepted, like Consul\'s session_ttl_min' -r -f
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l acl-token -d 'Require this ACL token on every request' -r
 complete -c conlock -n "__fish_conlock_using_subcommand dev-server" -l node-name -d 'Node name the server reports' -r

@@ -248,7 +248,7 @@ pub struct HoldArgs {
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)
     #[arg(long, value_name = "N", default_value_t = 75)]
     pub busy_exit_code: u8,
-    /// Value stored in the key [default: JSON with host, pid, command, started]
+    /// Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default
     #[arg(long, value_name = "STR", conflicts_with = "value_file")]
     pub value: Option<String>,
     /// Read the stored value from a file
@@ -385,8 +385,8 @@ pub struct BreakArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct DevServerArgs {
-    /// Address to listen on (port 0 picks a free port)
-    #[arg(long, default_value = "127.0.0.1:8500")]
+    /// Address to listen on: IP:PORT, HOST:PORT (the first address HOST resolves to) or :PORT (127.0.0.1); port 0 picks a free port
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8500", value_parser = parse_listen_addr)]
     pub addr: std::net::SocketAddr,
     /// Lowest session TTL accepted, like Consul's session_ttl_min
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
@@ -397,6 +397,34 @@ pub struct DevServerArgs {
     /// Node name the server reports
     #[arg(long, default_value = "conlock-dev")]
     pub node_name: String,
+}
+
+/// `:PORT` listens on loopback only: the dev server is not for other machines (Go's
+/// `:PORT` would mean every interface).
+fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let spec = match s.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    let (host, port) = spec
+        .rsplit_once(':')
+        .ok_or("expected HOST:PORT, IP:PORT or :PORT")?;
+    port.parse::<u16>()
+        .map_err(|_| format!("{port:?} is not a port number (0 to 65535)"))?;
+    // IPv4 first: `localhost` often resolves to ::1 as well, and clients try 127.0.0.1.
+    let mut addrs: Vec<SocketAddr> = spec
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect();
+    addrs.sort_by_key(|a| !a.is_ipv4());
+    addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{host:?} resolves to no address"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -131,6 +131,12 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
             .map(|s| format!(" ({s} ago)"))
             .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
+    } else {
+        // Only conlock's default value records it: Consul keeps no times, only indexes.
+        rows.push((
+            format!("{indent}held since"),
+            "unknown (the holder stores its own value)".into(),
+        ));
     }
     rows.push((format!("{indent}value"), value_text(&h.value)));
 }
@@ -252,5 +258,8 @@ mod tests {
         assert_eq!(j["waiting"], 3);
         assert_eq!(j["holders"][0]["session"], "abc");
         assert_eq!(j["holders"][0]["value"]["pid"], 7);
+        // Every duration in nanoseconds.
+        assert_eq!(j["holders"][0]["ttl_ns"], 15_000_000_000u64);
+        assert_eq!(j["holders"][0]["lock_delay_ns"], 15_000_000_000u64);
     }
 }

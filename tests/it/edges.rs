@@ -784,6 +784,41 @@ fn subcommand_options_sit_under_the_subcommand_heading() {
     }
 }
 
+/// `dev-server --addr` takes a host name and `:PORT` (loopback), as people type them.
+#[test]
+fn dev_server_addr_takes_localhost_and_a_bare_port() {
+    for addr in ["localhost:0", ":0"] {
+        let mut child = Command::new(BIN)
+            .args(["dev-server", "--addr", addr])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        signal(child.id(), libc::SIGTERM);
+        let status = child.wait().unwrap();
+        let url = line
+            .strip_prefix("conlock dev-server listening on ")
+            .unwrap_or_else(|| panic!("{addr}: {line:?}"));
+        let port = url.split(' ').next().unwrap().rsplit(':').next().unwrap();
+        assert!(
+            (url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:"))
+                && port.parse::<u16>().unwrap() != 0,
+            "{addr}: {line:?}"
+        );
+        assert_eq!(status.code(), Some(0), "{addr}");
+    }
+    Command::new(BIN)
+        .args(["dev-server", "--addr", "localhost:x"])
+        .assert()
+        .code(125)
+        .stderr(contains("\"x\" is not a port number"));
+}
+
 /// Installed documentation is whole: the man pages put examples, exit codes and the
 /// environment under the headings man readers know, name only pages that exist, and
 /// neither they nor --help point at paths of the source tree (docs/...).
