@@ -102,7 +102,7 @@ pub enum Command {
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
-Exit codes:\n  0    held\n  1    free (also right after a `break` or a loss: the holder that lost the lock\n       deletes its key on the way out, and Consul does not show the lock-delay that\n       may still run; `run --timeout 0s` is the authoritative test)\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
+Exit codes:\n  0    held\n  1    free (no holder and no lock-delay that status can see; a `consul lock` holder\n       deletes its key when it loses it, so a lock-delay after that does not show)\n  2    free, but in a lock-delay: the last holder's session was invalidated (lost,\n       broken, expired), not released. After a loss or a `break`, a conlock holder's\n       key says until when (shown; exit 1 once it has passed); otherwise it may run up\n       to that session's lock-delay. `run --timeout 0s` is the authoritative test\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
 JSON: one object (kind \"lock\" or \"semaphore\"; both have state, held and holders);\nschema in /usr/share/doc/conlock/docs/status.schema.json (make install: under PREFIX)"
     )]
     Status(StatusArgs),

@@ -429,6 +429,74 @@ fn status_json_keeps_one_shape_per_kind() {
     assert_eq!((code, j["state"].as_str()), (Some(1), Some("free")));
 }
 
+/// Right after a `break` (or a loss) of a conlock holder, status knows the lock-delay
+/// that run meets: the losing conlock and break record its end in the key.
+#[test]
+fn status_after_break_shows_the_lock_delay_run_meets() {
+    let server = start_server();
+    let mut holder = start_holder(&server, "bd/k", &[], "exec sleep 60");
+    conlock(&server)
+        .args(["break", "--key", "bd/k", "--yes"])
+        .assert()
+        .code(0);
+    // The holder stops its command and cleans up on its way out.
+    assert_eq!(wait_exit(&mut holder, LONG).code(), Some(124));
+    conlock(&server)
+        .args(["run", "--key", "bd/k", "--timeout", "0s", "--", "true"])
+        .assert()
+        .code(75)
+        .stderr(contains("free, in a lock-delay"));
+    conlock(&server)
+        .args(["status", "--key", "bd/k"])
+        .assert()
+        .code(2)
+        .stdout(contains("free, but in a lock-delay until about"));
+    let (code, j) = status_json(&server, &["--key", "bd/k"]);
+    assert_eq!(
+        (code, j["state"].as_str()),
+        (Some(2), Some("lock-delay")),
+        "{j}"
+    );
+    let until = j["lock_delay"]["until"].as_str().unwrap().to_string();
+    let now = conlock::ui::timestamp(std::time::SystemTime::now());
+    assert!(until > now, "until {until}, now {now}");
+
+    // A holder that died: break alone records it, from the session's LockDelay.
+    let c = client(&server);
+    let sid = c
+        .session_create(&SessionRequest {
+            name: "dead".into(),
+            lock_delay: Some("20s".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let value = br#"{"host":"h","pid":1,"command":"job","started":"2026-11-21T13:45:26.123Z","lock_delay":"20s"}"#;
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        acquire: Some(&sid),
+        ..Default::default()
+    };
+    assert!(c.kv_put("bd/dead", value, put).unwrap());
+    conlock(&server)
+        .args(["break", "--key", "bd/dead", "--yes"])
+        .assert()
+        .code(0);
+    let (code, j) = status_json(&server, &["--key", "bd/dead"]);
+    assert_eq!(code, Some(2), "{j}");
+    assert!(j["lock_delay"]["until"].as_str().is_some(), "{j}");
+
+    // A recorded end that has passed: free, although the key is still there.
+    let old = br#"{"host":"h","pid":1,"command":"job","lock_delay":"15s","lock_delay_until":"2020-01-01T00:00:00.000Z"}"#;
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        ..Default::default()
+    };
+    assert!(c.kv_put("bd/old", old, put).unwrap());
+    let (code, j) = status_json(&server, &["--key", "bd/old"]);
+    assert_eq!((code, j["state"].as_str()), (Some(1), Some("free")), "{j}");
+    assert_eq!(j["lock_delay"], serde_json::Value::Null, "{j}");
+}
+
 #[test]
 fn status_agrees_with_run_during_a_lock_delay() {
     let server = start_server();
@@ -558,11 +626,16 @@ fn man_pages_and_help_name_what_operators_type() {
             }
         }
     }
-    // What status cannot see (issue 32, item 6).
+    // What status can and cannot see of a lock-delay (issue 32, item 6).
     Command::new(BIN)
         .args(["status", "--help"])
         .assert()
-        .stdout(contains("1    free (also right after a `break` or a loss"));
+        .stdout(contains(
+            "After a loss or a `break`, a conlock holder's\n       key says until when",
+        ))
+        .stdout(contains(
+            "a `consul lock` holder\n       deletes its key when it loses it",
+        ));
 }
 
 #[test]
