@@ -85,10 +85,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             // Into memory first: clap_complete panics when its writer fails.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "conlock", &mut script);
-            if shell == clap_complete::Shell::Bash {
-                // clap's bash script knows nothing after `--` (zsh's and fish's use the
-                // value hint): complete the command there, as for sudo and timeout.
-                script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+            match shell {
+                // clap's bash script knows nothing after `--` (zsh's uses the value
+                // hint): complete the command there, as for sudo and timeout.
+                clap_complete::Shell::Bash => {
+                    script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+                }
+                // clap's fish script offers file names after `--` and for positionals
+                // with fixed values (conlock man, completions).
+                clap_complete::Shell::Fish => script = fish_script(&script, &cmd),
+                _ => {}
             }
             ui::out(script)?;
             Ok(0)
@@ -99,6 +105,57 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
     }
 }
+
+/// clap's fish script, with every completion off after `--`, where the command line that
+/// follows is completed as fish completes it (as for sudo); and the fixed values of
+/// positionals (`conlock man run`, `conlock completions fish`) without file names.
+fn fish_script(generated: &[u8], cmd: &clap::Command) -> Vec<u8> {
+    let text = String::from_utf8_lossy(generated)
+        .replace(" -n \"", " -n \"not __fish_conlock_after_dashes; and ");
+    let mut out = text;
+    out.push_str(FISH_COMMAND_AFTER_DASHES);
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_positionals() {
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if values.is_empty() {
+                continue;
+            }
+            let list = values.join(" ");
+            // No file names for it (its only argument is one of these values).
+            out.push_str(&format!(
+                "complete -c conlock -n \"not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand {}\" -f\n",
+                sub.get_name()
+            ));
+            out.push_str(&format!(
+                "complete -c conlock -n \"not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand {}; and not __fish_seen_subcommand_from {list}\" -f -a \"{list}\"\n",
+                sub.get_name()
+            ));
+        }
+    }
+    out.into_bytes()
+}
+
+/// Appended to clap's fish completion: after `--` (run, sem, watch), a command line.
+const FISH_COMMAND_AFTER_DASHES: &str = r#"
+# After `--` (run, sem, watch): the command and its arguments, as fish completes them.
+function __fish_conlock_after_dashes
+    contains -- -- (commandline -opc)
+end
+
+function __fish_conlock_command_after_dashes
+    set -l tokens (commandline -opc)
+    set -l i (contains -i -- -- $tokens)
+    set -l rest $tokens[(math $i + 1)..-1]
+    complete -C (string join ' ' -- (string escape -- $rest) (commandline -ct))
+end
+
+complete -c conlock -n __fish_conlock_after_dashes -f -a '(__fish_conlock_command_after_dashes)'
+"#;
 
 /// Appended to clap's bash completion: after `--` (run, sem, watch), a command line.
 /// bash-completion's `_command_offset` completes it as `sudo` does; without it, command

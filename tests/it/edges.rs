@@ -1008,6 +1008,85 @@ fn usage_errors_show_the_fix() {
     );
 }
 
+/// fish completion (the script `conlock completions fish` prints, run by fish itself):
+/// the command after `--`, subcommand names after `man`, no file names for durations.
+#[test]
+#[ignore = "needs fish (apt-get install fish): cargo test --test it -- --ignored edges::fish_"]
+fn fish_completes_the_command_after_dashes() {
+    let dir = scratch("fish-completion");
+    let script = dir.join("conlock.fish");
+    let out = Command::new(BIN)
+        .args(["completions", "fish"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, &out.stdout).unwrap();
+    std::fs::write(dir.join("5s-file"), "").unwrap();
+    // fish runs `conlock` from PATH for nothing here, but resolves the command after `--`.
+    let complete = |line: &str| -> String {
+        let out = Command::new("fish")
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env("XDG_CONFIG_HOME", dir.join("config"))
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; complete -C '{line}'",
+                script.display()
+            ))
+            .output()
+            .expect("fish runs (apt-get install fish)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect()
+    };
+    for line in ["conlock run --key k -- ech", "conlock watch --key k -- ech"] {
+        let got = first(&complete(line));
+        assert!(got.iter().any(|w| w == "echo"), "{line}: {got:?}");
+        assert!(
+            !got.iter().any(|w| w.starts_with("--key")),
+            "{line}: {got:?}"
+        );
+    }
+    // Options after `--` are the command's, not conlock's.
+    let got = first(&complete("conlock run --key k -- sh --ver"));
+    assert!(!got.iter().any(|w| w == "--verbose"), "{got:?}");
+    let man = first(&complete("conlock man "));
+    for sub in ["run", "sem", "status", "watch", "break", "dev-server"] {
+        assert!(man.iter().any(|l| l == sub), "{sub} in {man:?}");
+    }
+    assert!(!man.iter().any(|l| l == "5s-file"), "{man:?}");
+    let duration = complete("conlock run --timeout 5");
+    assert!(!duration.contains("5s-file"), "{duration:?}");
+}
+
+/// What the fish test checks with fish, in the script itself (for machines without it).
+#[test]
+fn fish_script_completes_after_dashes_and_man_names() {
+    let out = Command::new(BIN)
+        .args(["completions", "fish"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8(out.stdout).unwrap();
+    assert!(script.contains("function __fish_conlock_command_after_dashes"));
+    // Every generated completion is off after `--`.
+    for line in script
+        .lines()
+        .filter(|l| l.starts_with("complete -c conlock -n \""))
+    {
+        assert!(
+            line.starts_with("complete -c conlock -n \"not __fish_conlock_after_dashes; and "),
+            "{line}"
+        );
+    }
+    assert!(script.contains(
+        "__fish_conlock_using_subcommand man; and not __fish_seen_subcommand_from run sem status watch break dev-server\" -f -a \"run sem status watch break dev-server\""
+    ));
+}
+
 /// bash completion (the script `conlock completions bash` prints, run by bash itself):
 /// the command after `--`, subcommand names after `man`, no file names for durations.
 #[test]
