@@ -332,21 +332,30 @@ impl Claim for Lock {
             release: Some(session_id),
             ..Default::default()
         };
-        match claim::retry_release(client, |client| client.kv_put(&self.key, &[], put)) {
-            Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
-            // Not ours (any more): nothing to give back.
-            Ok(false) => {}
-            Err(e) => {
-                ui::warn(format_args!(
-                    "could not release {}: {e}; it frees when the session ends",
-                    self.describe()
-                ));
-                return false;
-            }
-        }
+        let released =
+            match claim::retry_release(client, |client| client.kv_put(&self.key, &[], put)) {
+                Ok(true) => {
+                    ui::verbose(format_args!("released {}", self.describe()));
+                    true
+                }
+                // Not ours (any more): nothing to give back.
+                Ok(false) => false,
+                Err(e) => {
+                    ui::warn(format_args!(
+                        "could not release {}: {e}; it frees when the session ends",
+                        self.describe()
+                    ));
+                    return false;
+                }
+            };
         // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
+        // Except when an invalidation freed it (not our release): Consul applies a
+        // lock-delay now, and the key is left saying until when, for `status`.
         if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {
-            if p.holder().is_none() && p.flags == LOCK_FLAGS {
+            if p.holder().is_none()
+                && p.flags == LOCK_FLAGS
+                && (released || !super::lockdelay::record_until(client, &p, None))
+            {
                 let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
             }
         }

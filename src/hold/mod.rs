@@ -343,6 +343,7 @@ fn run_command(
     // The spawn returned after the exec: the command has started (--min-hold and
     // --max-time count from here).
     let started = Instant::now();
+    events::command_started();
     // Started a little after the child, by the supervising loop: a job that ends within
     // MONITOR_DELAY costs no thread and no request for it. A loss meanwhile is still
     // seen at once when it starts (the watch starts from the acquisition's index), and
@@ -400,6 +401,7 @@ fn run_command(
         spec.stop,
         &mut later,
     );
+    events::command_ended();
     // Still holding after the command (survivors, --min-hold): watch the claim meanwhile.
     if let Some((_, mut start_monitor)) = later.take() {
         if !group_gone || spec.min_hold.is_some() {
