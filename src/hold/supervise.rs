@@ -271,6 +271,14 @@ impl Child {
 
     fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
         for p in procs {
+            // A member of the group gets the group's signal: a second TERM or INT cuts
+            // short what a command does on the first. SIGKILL goes to every one again.
+            if sig != Signal::SIGKILL
+                && !self.group_is_gone()
+                && unsafe { libc::getpgid(p.pid) } == self.pid.as_raw()
+            {
+                continue;
+            }
             if sig == Signal::SIGKILL || done.insert((p.pid, p.start)) {
                 if p.signal(sig) {
                     ui::verbose(format_args!(
