@@ -469,6 +469,10 @@ impl Claim for Semaphore {
                 ui::verbose(format_args!(
                     "contender key {my_key:?} was deleted; going on with a new session"
                 ));
+                // Out of time: no new session and key (this loop must not outlast it).
+                if claim::deadline_passed(deadline) {
+                    return Ok(None);
+                }
                 session.recreate()?;
                 (enter, fresh) = (true, true);
                 index = 0;
