@@ -46,10 +46,14 @@ man1dir ?= $(mandir)/man1
 bashcompdir ?= $(datarootdir)/bash-completion/completions
 zshcompdir ?= $(datarootdir)/zsh/site-functions
 fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
+docdir ?= $(datarootdir)/doc/conlock
 INSTALL ?= install
 INSTALL_PROGRAM ?= $(INSTALL) -m 755
 INSTALL_DATA ?= $(INSTALL) -m 644
 MANPAGES := $(sort $(wildcard docs/*.1))
+# README.md and every file its links reach, installed in the same layout (as the .deb does)
+# so that the links work and the paths the man pages name exist.
+DOCS = $(shell bash scripts/doc-files.sh)
 
 # cargo-deb is installed from crates.io at this version if `cargo deb` is missing.
 CARGO_DEB_VERSION := 3.8.0
@@ -79,6 +83,7 @@ $(RELEASE_BIN): $(SOURCES)
 	$(CARGO_RELEASE)
 	@echo '$(RELEASE_TARGET)' > $(RELEASE_STAMP)
 	@touch $@
+	@echo "release build: $@ ($(RELEASE_KIND))"
 
 ## Two jobs contend for one lock, then four for a 2-slot semaphore, on an embedded dev server.
 ## Uses the debug build (no LTO) that `make test` reuses, so a fresh clone gets there fast.
@@ -153,15 +158,19 @@ layers-check:
 selfcontained-check:
 	bash scripts/check-selfcontained.sh
 
-## Binary, man pages and bash/zsh/fish completions under $(DESTDIR)$(PREFIX).
+## Binary, man pages, bash/zsh/fish completions and the documentation (share/doc/conlock)
+## under $(DESTDIR)$(PREFIX), as the .deb lays them out under /usr.
 install: $(RELEASE_BIN)
+	@[ -n '$(DOCS)' ] || { echo "install: scripts/doc-files.sh listed no documentation"; exit 1; }
 	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir) $(DESTDIR)$(bashcompdir) \
-		$(DESTDIR)$(zshcompdir) $(DESTDIR)$(fishcompdir)
+		$(DESTDIR)$(zshcompdir) $(DESTDIR)$(fishcompdir) \
+		$(addprefix $(DESTDIR)$(docdir)/,$(sort $(dir $(DOCS))))
 	$(INSTALL_PROGRAM) $(RELEASE_BIN) $(DESTDIR)$(bindir)/conlock
 	$(INSTALL_DATA) $(MANPAGES) $(DESTDIR)$(man1dir)/
 	$(INSTALL_DATA) completions/conlock.bash $(DESTDIR)$(bashcompdir)/conlock
 	$(INSTALL_DATA) completions/_conlock $(DESTDIR)$(zshcompdir)/_conlock
 	$(INSTALL_DATA) completions/conlock.fish $(DESTDIR)$(fishcompdir)/conlock.fish
+	$(foreach f,$(DOCS),$(INSTALL_DATA) $(f) $(DESTDIR)$(docdir)/$(f) &&) true
 
 ## Removes exactly what `make install` put there (same PREFIX and DESTDIR).
 uninstall:
@@ -169,13 +178,14 @@ uninstall:
 		$(addprefix $(DESTDIR)$(man1dir)/,$(notdir $(MANPAGES))) \
 		$(DESTDIR)$(bashcompdir)/conlock \
 		$(DESTDIR)$(zshcompdir)/_conlock \
-		$(DESTDIR)$(fishcompdir)/conlock.fish
+		$(DESTDIR)$(fishcompdir)/conlock.fish \
+		$(addprefix $(DESTDIR)$(docdir)/,$(DOCS))
 
 install-check: $(RELEASE_BIN)
 	bash scripts/check-install.sh
 
 ## A .deb (cargo-deb, metadata in Cargo.toml) with the binary, man pages, completions,
-## README and license.
+## the documentation (as `make install`), the license and Debian's changelog.
 deb: $(RELEASE_BIN)
 	@$(CARGO) deb --version >/dev/null 2>&1 || { \
 		echo "cargo-deb not found: installing cargo-deb $(CARGO_DEB_VERSION) from crates.io"; \

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The .deb from `make deb` holds exactly: the binary, the man pages (gzipped, as Debian
-# wants), bash/zsh/fish completions, README, guide, systemd examples and the license
-# (copyright); all owned by root with the right modes; and its binary is the release
-# build given ($2), linked as the Makefile chose ($3: static or dynamic), and runs.
+# wants), bash/zsh/fish completions, the documentation (scripts/doc-files.sh: README.md
+# and every file its links reach, in the repository's layout, so the links resolve), the
+# license (copyright) and Debian's changelog; all owned by root with the right modes; the
+# maintainer has an address; its binary is the release build given ($2), linked as the
+# Makefile chose ($3: static or dynamic), and runs; the man pages name only pages and
+# documentation files that the package holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$1
@@ -25,10 +28,9 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
   echo "-rw-r--r-- 0/0 ./usr/share/bash-completion/completions/conlock"
   echo "-rw-r--r-- 0/0 ./usr/share/zsh/site-functions/_conlock"
   echo "-rw-r--r-- 0/0 ./usr/share/fish/vendor_completions.d/conlock.fish"
-  echo "-rw-r--r-- 0/0 ./usr/share/doc/conlock/README.md"
-  echo "-rw-r--r-- 0/0 ./usr/share/doc/conlock/guide.md"
+  bash scripts/doc-files.sh | sed 's|^|-rw-r--r-- 0/0 ./usr/share/doc/conlock/|'
   echo "-rw-r--r-- 0/0 ./usr/share/doc/conlock/copyright"
-  for u in contrib/systemd/*; do echo "-rw-r--r-- 0/0 ./usr/share/doc/conlock/examples/systemd/$(basename "$u")"; done
+  echo "-rw-r--r-- 0/0 ./usr/share/doc/conlock/changelog.Debian.gz"
 } | LC_ALL=C sort >"$tmp/expected"
 # Mode, owner and path of every entry that is not a directory.
 dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print $1, $2, $6 }' | LC_ALL=C sort >"$tmp/actual"
@@ -50,4 +52,32 @@ for m in docs/*.1; do
   gzip -dc "$tmp/root/usr/share/man/man1/$(basename "$m").gz" | cmp -s - "$m" || fail "$m differs in the package"
 done
 grep -q "Mozilla Public License Version 2.0" "$tmp/root/usr/share/doc/conlock/copyright" || fail "copyright lacks the license text"
+doc=$tmp/root/usr/share/doc/conlock
+for f in $(bash scripts/doc-files.sh); do
+  cmp -s "$f" "$doc/$f" || fail "$f differs in the package"
+done
+# Every relative link of a packaged page resolves inside the package.
+for page in $(cd "$doc" && find . -name '*.md'); do
+  while IFS= read -r target; do
+    target=${target%%#*}
+    case $target in '' | *://* | mailto:*) continue ;; esac
+    [ -e "$doc/$(dirname "$page")/$target" ] || fail "${page#./} links to $target, which the package lacks"
+  done < <(grep -oE '\]\([^) ]+\)' "$doc/$page" | sed -E 's/^\]\(//; s/\)$//')
+done
+maintainer=$(dpkg-deb -f "$deb" Maintainer)
+[[ $maintainer =~ ^[^\<]+\ \<[^@\>\ ]+@[^@\>\ ]+\>$ ]] || fail "Maintainer is not 'Name <address>': $maintainer"
+changelog=$(gzip -dc "$doc/changelog.Debian.gz")
+head -n1 <<<"$changelog" | grep -q "^conlock ($version-1) " || fail "changelog.Debian does not start with conlock ($version-1): update contrib/debian/changelog"
+grep -qF " -- $maintainer  " <<<"$changelog" || fail "changelog.Debian is not signed by the Maintainer ($maintainer)"
+# The man pages point only at what is installed: pages of the package, files in it.
+for m in "$tmp"/root/usr/share/man/man1/*.gz; do
+  # Without font changes and with plain hyphens.
+  text=$(gzip -dc "$m" | sed 's/\\f[BIRP]//g; s/\\-/-/g')
+  for ref in $(grep -oE 'conlock(-[a-z-]+)?\(1\)' <<<"$text" | sed 's/(1)$//' | sort -u); do
+    [ -f "$tmp/root/usr/share/man/man1/$ref.1.gz" ] || fail "$(basename "$m") names $ref(1), which the package lacks"
+  done
+  for path in $(grep -oE '/usr/share/doc/conlock/[^ ]+' <<<"$text" | sed 's/[),.;]*$//' | sort -u); do
+    [ -e "$tmp/root$path" ] || fail "$(basename "$m") names $path, which the package lacks"
+  done
+done
 echo "deb-check: $(basename "$deb") holds the $(wc -l <"$tmp/expected") expected files"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make install DESTDIR=… PREFIX=/usr` lays out exactly the binary, the man pages and the
-# bash/zsh/fish completions where man and the shells look; `make uninstall` removes them
+# `make install DESTDIR=… PREFIX=/usr` lays out exactly the binary, the man pages, the
+# bash/zsh/fish completions where man and the shells look, and the documentation under
+# share/doc/conlock/ (scripts/doc-files.sh, the same files and layout as the .deb); `make uninstall` removes them
 # all; without PREFIX everything goes under /usr/local.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ expected() { # $1 = prefix
     echo "$1/share/bash-completion/completions/conlock"
     echo "$1/share/zsh/site-functions/_conlock"
     echo "$1/share/fish/vendor_completions.d/conlock.fish"
+    bash scripts/doc-files.sh | sed "s|^|$1/share/doc/conlock/|"
   } | LC_ALL=C sort
 }
 
@@ -33,6 +35,9 @@ done
 cmp -s completions/conlock.bash "$stage/usr/share/bash-completion/completions/conlock" || fail "bash completion differs"
 cmp -s completions/_conlock "$stage/usr/share/zsh/site-functions/_conlock" || fail "zsh completion differs"
 cmp -s completions/conlock.fish "$stage/usr/share/fish/vendor_completions.d/conlock.fish" || fail "fish completion differs"
+for f in $(bash scripts/doc-files.sh); do
+  cmp -s "$f" "$stage/usr/share/doc/conlock/$f" || fail "$f was not installed as is"
+done
 for f in $(files_under "$stage"); do
   mode=$(stat -c %a "$stage$f")
   case $f in

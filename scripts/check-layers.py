@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Checks the layering of src/ (docs/architecture.md): no dependency cycle among the
-top-level modules, clap only in cli and app, and the declared layers respected.
+top-level modules, clap only in cli and app, the declared layers respected, and no
+dependency cycle among the files of one folder (src/hold/, src/claim/, ...).
 
 A dependency is any `crate::<module>` path outside comments and `#[cfg(test)]` blocks
-(unit tests may reach anywhere). Prints the graph with -v. Exit 1 with one line per violation."""
+(unit tests may reach anywhere). Inside a folder, a file depends on a sibling it names
+as `super::<file>` or `crate::<folder>::<file>`, and on the folder's mod.rs when it
+uses anything else of `super::` (mod.rs declares the files, so that is a cycle); mod.rs
+depends on the files whose `<file>::` paths it uses. Prints the graphs with -v. Exit 1
+with one line per violation."""
 
 import re
 import sys
@@ -61,6 +66,112 @@ def strip_tests(text: str) -> str:
             return "".join(out)
 
 
+def code_of(f: Path) -> str:
+    # Comments (docs included) name modules without using them.
+    return re.sub(r"//.*", "", strip_tests(f.read_text()))
+
+
+def without_inline_mods(text: str) -> str:
+    # Inside `mod name { ... }`, `super::` is the file itself: drop those bodies.
+    out, i = [], 0
+    for m in re.finditer(r"\bmod\s+[a-z_][a-z0-9_]*\s*\{", text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        depth = 0
+        for k in range(m.end() - 1, len(text)):
+            if text[k] == "{":
+                depth += 1
+            elif text[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    i = k + 1
+                    break
+        else:
+            return "".join(out)
+    out.append(text[i:])
+    return "".join(out)
+
+
+def super_names(text: str) -> set[str]:
+    """The first name of each path that starts with `super::`, braces included:
+    `super::{a, b::c}` gives a and b."""
+    names = set()
+    for m in re.finditer(r"\bsuper::", text):
+        rest = text[m.end():]
+        if rest.startswith("{"):
+            depth, item, items = 0, "", []
+            for ch in rest:
+                if ch == "{":
+                    depth += 1
+                    if depth == 1:
+                        continue
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        items.append(item)
+                        break
+                if depth == 1 and ch == ",":
+                    items.append(item)
+                    item = ""
+                else:
+                    item += ch
+            for it in items:
+                n = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*|\*)", it)
+                if n:
+                    names.add(n.group(1))
+        else:
+            n = re.match(r"([A-Za-z_][A-Za-z0-9_]*|\*)", rest)
+            if n:
+                names.add(n.group(1))
+    return names
+
+
+def folder_graphs() -> dict[str, dict[str, set[str]]]:
+    """For each folder of src/ with a mod.rs: file -> the files of that folder it uses."""
+    graphs = {}
+    for mod_rs in sorted(SRC.rglob("mod.rs")):
+        folder = mod_rs.parent
+        crate_path = "::".join(folder.relative_to(SRC).parts)
+        files = {f.stem: f for f in sorted(folder.glob("*.rs"))}
+        graph: dict[str, set[str]] = {name: set() for name in files}
+        for name, f in files.items():
+            text = code_of(f)
+            deps = set(re.findall(rf"\bcrate::{crate_path}::([a-z_]+)", text))
+            if name == "mod":
+                # Its `pub use` lines only name what the folder offers: not a use.
+                own = re.sub(r"\bpub use [^;]*;", "", text)
+                deps |= {m for m in files if re.search(rf"(?<![\w:]){m}::", own)}
+            else:
+                for n in super_names(without_inline_mods(text)):
+                    deps.add(n if n in files else "mod")
+            graph[name] = {d for d in deps if d in files and d != name}
+        graphs[str(folder.relative_to(SRC.parent))] = graph
+    return graphs
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                found.append(" -> ".join(stack[stack.index(m):] + [m]))
+            elif m in graph and state.get(m) is None:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if state.get(n) is None:
+            visit(n)
+    return found
+
+
 def top_module(path: Path) -> str:
     rel = path.relative_to(SRC)
     return rel.parts[0].removesuffix(".rs")
@@ -74,8 +185,7 @@ def main() -> int:
         top = top_module(f)
         if top in ("lib", "main"):
             continue
-        # Comments (docs included) name modules without using them.
-        text = re.sub(r"//.*", "", strip_tests(f.read_text()))
+        text = code_of(f)
         deps = set(re.findall(r"\bcrate::([a-z_]+)", text)) - {top}
         graph.setdefault(top, set()).update(deps)
         if re.search(r"\bclap(_complete|_mangen)?::", text) or "crate::cli" in text:
@@ -98,32 +208,24 @@ def main() -> int:
             elif RANK[b] >= RANK[a]:
                 problems.append(f"{a} (layer {RANK[a]}) uses {b} (layer {RANK[b]}): dependencies must point down")
     # Cycles, whatever the ranks say.
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(n: str) -> None:
-        state[n] = 1
-        stack.append(n)
-        for m in sorted(graph.get(n, ())):
-            if state.get(m) == 1:
-                cyc = stack[stack.index(m):] + [m]
-                problems.append("cycle: " + " -> ".join(cyc))
-            elif m in graph and state.get(m) is None:
-                visit(m)
-        stack.pop()
-        state[n] = 2
-
-    for n in sorted(graph):
-        if state.get(n) is None:
-            visit(n)
+    problems += ["cycle: " + c for c in cycles(graph)]
+    folders = folder_graphs()
+    for folder, fgraph in folders.items():
+        problems += [f"cycle in {folder}/: {c}" for c in cycles(fgraph)]
     if verbose:
         for a in sorted(graph):
             print(f"{a} -> {', '.join(sorted(graph[a])) or '-'}")
+        for folder, fgraph in folders.items():
+            for a in sorted(fgraph):
+                print(f"{folder}/{a}.rs -> {', '.join(sorted(fgraph[a])) or '-'}")
     for p in problems:
         print(f"layers: {p}")
     if problems:
         return 1
-    print(f"layers: {len(graph)} top-level modules, dependencies point one way, no cycle")
+    print(
+        f"layers: {len(graph)} top-level modules, dependencies point one way, no cycle;"
+        f" no cycle among the files of {len(folders)} folders"
+    )
     return 0
 
 

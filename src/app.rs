@@ -10,11 +10,14 @@ use crate::claim::{HolderValue, MonitorPolicy};
 use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs};
 use crate::consul::{Client, ConnConfig, ConnFlags, CONSUL_MAX_LOCK_DELAY};
 use crate::error::{Error, Result};
+use crate::hold::program;
 use crate::hold::session::SessionSpec;
-use crate::hold::supervise::{self, StopPolicy};
+use crate::hold::supervise::StopPolicy;
 use crate::hold::{self, HoldSpec};
 use crate::ops;
 use crate::ui;
+
+pub mod man;
 
 pub const TTL_MIN: Duration = Duration::from_secs(10);
 pub const TTL_MAX: Duration = Duration::from_secs(24 * 3600);
@@ -83,35 +86,77 @@ pub fn run(cli: Cli) -> Result<i32> {
             // Into memory first: clap_complete panics when its writer fails.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "conlock", &mut script);
-            if shell == clap_complete::Shell::Bash {
-                // clap's bash script knows nothing after `--` (zsh's and fish's use the
-                // value hint): complete the command there, as for sudo and timeout.
-                script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+            match shell {
+                // clap's bash script knows nothing after `--` (zsh's uses the value
+                // hint): complete the command there, as for sudo and timeout.
+                clap_complete::Shell::Bash => {
+                    script.extend_from_slice(BASH_COMMAND_AFTER_DASHES.as_bytes());
+                }
+                // clap's fish script offers file names after `--` and for positionals
+                // with fixed values (conlock man, completions).
+                clap_complete::Shell::Fish => script = fish_script(&script, &cmd),
+                _ => {}
             }
             ui::out(script)?;
             Ok(0)
         }
         Command::Man { subcommand } => {
-            let top = <Cli as clap::CommandFactory>::command();
-            let page = match &subcommand {
-                None => top,
-                Some(name) => top
-                    .find_subcommand(name)
-                    .cloned()
-                    .ok_or_else(|| Error::Usage(format!("no subcommand {name:?}")))?
-                    .name(format!("conlock-{name}"))
-                    // The synopsis shows how it is typed.
-                    .bin_name(format!("conlock {name}")),
-            };
-            let mut roff = Vec::new();
-            clap_mangen::Man::new(page)
-                .render(&mut roff)
-                .map_err(|e| Error::Other(e.into()))?;
-            ui::out(roff)?;
+            ui::out(man::page(subcommand.as_deref())?)?;
             Ok(0)
         }
     }
 }
+
+/// clap's fish script, with every completion off after `--`, where the command line that
+/// follows is completed as fish completes it (as for sudo); and the fixed values of
+/// positionals (`conlock man run`, `conlock completions fish`) without file names.
+fn fish_script(generated: &[u8], cmd: &clap::Command) -> Vec<u8> {
+    let text = String::from_utf8_lossy(generated)
+        .replace(" -n \"", " -n \"not __fish_conlock_after_dashes; and ");
+    let mut out = text;
+    out.push_str(FISH_COMMAND_AFTER_DASHES);
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_positionals() {
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if values.is_empty() {
+                continue;
+            }
+            let list = values.join(" ");
+            // No file names for it (its only argument is one of these values).
+            out.push_str(&format!(
+                "complete -c conlock -n \"not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand {}\" -f\n",
+                sub.get_name()
+            ));
+            out.push_str(&format!(
+                "complete -c conlock -n \"not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand {}; and not __fish_seen_subcommand_from {list}\" -f -a \"{list}\"\n",
+                sub.get_name()
+            ));
+        }
+    }
+    out.into_bytes()
+}
+
+/// Appended to clap's fish completion: after `--` (run, sem, watch), a command line.
+const FISH_COMMAND_AFTER_DASHES: &str = r#"
+# After `--` (run, sem, watch): the command and its arguments, as fish completes them.
+function __fish_conlock_after_dashes
+    contains -- -- (commandline -opc)
+end
+
+function __fish_conlock_command_after_dashes
+    set -l tokens (commandline -opc)
+    set -l i (contains -i -- -- $tokens)
+    set -l rest $tokens[(math $i + 1)..-1]
+    complete -C (string join ' ' -- (string escape -- $rest) (commandline -ct))
+end
+
+complete -c conlock -n __fish_conlock_after_dashes -f -a '(__fish_conlock_command_after_dashes)'
+"#;
 
 /// Appended to clap's bash completion: after `--` (run, sem, watch), a command line.
 /// bash-completion's `_command_offset` completes it as `sudo` does; without it, command
@@ -152,7 +197,7 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
         Behavior::Delete => "delete",
     };
     let mut prepared = prepare(conn, &args.hold, behavior)?;
-    crate::events::install(prepared.events.take(), "lock", &key);
+    crate::events::install(prepared.events.take(), "lock", &key, &prepared.about);
     let value = prepared.value.clone();
     let lock = Lock::new(key, value);
     hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
@@ -161,7 +206,12 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
 fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
     let prefix = normalize_key(&args.prefix, "--prefix")?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
-    crate::events::install(prepared.events.take(), "semaphore", &prefix);
+    crate::events::install(
+        prepared.events.take(),
+        "semaphore",
+        &prefix,
+        &prepared.about,
+    );
     let sem = Semaphore {
         prefix,
         limit: args.limit,
@@ -196,6 +246,8 @@ pub struct Prepared {
     pub value: HolderValue,
     /// `--events`, opened; installed once the target is known.
     pub events: Option<crate::events::Sink>,
+    /// The host and the command, for every `--events` line.
+    pub about: crate::events::About,
 }
 
 /// Validates the shared options and builds the client; makes no request.
@@ -211,9 +263,9 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             "--max-time must be longer than 0s (leave it out for no limit)".into(),
         ));
     }
-    let kill_signal = supervise::parse_signal(&hold.kill_signal)
+    let kill_signal = program::parse_signal(&hold.kill_signal)
         .map_err(|e| Error::Usage(format!("--kill-signal: {e}")))?;
-    let program = supervise::resolve(&hold.command, hold.shell)?;
+    let program = program::resolve(&hold.command, hold.shell)?;
     let host = hostname();
     // Consul applies at most 60 s of lock-delay: promising more would be a lie that
     // the kill-grace check below would then rely on.
@@ -275,10 +327,15 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         Some(spec) => Some(crate::events::Sink::open(spec).map_err(Error::Usage)?),
         None => None,
     };
+    let about = crate::events::About {
+        host: host.clone(),
+        command: truncate(&program.display, MAX_COMMAND_CHARS),
+    };
     Ok(Prepared {
         client,
         value,
         events,
+        about,
         spec: HoldSpec {
             program,
             session,

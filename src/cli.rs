@@ -102,8 +102,8 @@ pub enum Command {
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
-Exit codes:\n  0    held\n  1    free (also right after a `break` or a loss: the holder that lost the lock\n       deletes its key on the way out, and Consul does not show the lock-delay that\n       may still run; `run --timeout 0s` is the authoritative test)\n  2    free, but a lock-delay may still block new holders (the last holder's\n       session was invalidated, not released; `run --timeout 0s` may be busy)\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
-JSON: one object, schema in docs/status.schema.json (kind \"lock\" or \"semaphore\"; both\nhave state, held and holders)."
+Exit codes:\n  0    held\n  1    free (no holder and no lock-delay that status can see; a `consul lock` holder\n       deletes its key when it loses it, so a lock-delay after that does not show)\n  2    free, but in a lock-delay: the last holder's session was invalidated (lost,\n       broken, expired), not released. After a loss or a `break`, a conlock holder's\n       key says until when (shown; exit 1 once it has passed); otherwise it may run up\n       to that session's lock-delay. `run --timeout 0s` is the authoritative test\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
+JSON: one object (kind \"lock\" or \"semaphore\"; both have state, held and holders);\nschema in /usr/share/doc/conlock/docs/status.schema.json (make install: under PREFIX)"
     )]
     Status(StatusArgs),
     /// Print a line (or run a handler) each time the holder changes
@@ -233,7 +233,7 @@ pub struct HoldArgs {
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
     /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
-    /// --kill-grace by a margin: see docs/safety.md
+    /// --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
     /// Health check to tie the session to (repeatable) [default: serfHealth]
@@ -248,7 +248,7 @@ pub struct HoldArgs {
     /// Exit code when not acquired within --timeout (0 makes "busy" a success)
     #[arg(long, value_name = "N", default_value_t = 75)]
     pub busy_exit_code: u8,
-    /// Value stored in the key [default: JSON with host, pid, command, started]
+    /// Value stored in the key [default: JSON with host, pid, command, started]; status shows "held since" only from that default
     #[arg(long, value_name = "STR", conflicts_with = "value_file")]
     pub value: Option<String>,
     /// Read the stored value from a file
@@ -276,10 +276,10 @@ pub struct HoldArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = clap::ValueHint::Other)]
     pub max_time: Option<Duration>,
     /// Run the command even if the guardian process cannot start (then nothing stops the
-    /// command if conlock is killed or stopped; see docs/safety.md)
+    /// command if conlock is killed or stopped; see /usr/share/doc/conlock/docs/safety.md)
     #[arg(long)]
     pub unguarded: bool,
-    /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N
+    /// Write one JSON object per line (waiting, acquired, lost, released, exit) to FILE (appended), '-' (stderr) or fd:N; format in /usr/share/doc/conlock/docs/events.md
     #[arg(long, value_name = "FILE|-|fd:N")]
     pub events: Option<String>,
     /// The command and its arguments
@@ -345,7 +345,7 @@ pub enum Kind {
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Machine-readable output (schema in docs/status.schema.json)
+    /// Machine-readable output (schema: status.schema.json, see JSON below)
     #[arg(long)]
     pub json: bool,
     // Last: its heading applies to every option after it.
@@ -385,8 +385,8 @@ pub struct BreakArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct DevServerArgs {
-    /// Address to listen on (port 0 picks a free port)
-    #[arg(long, default_value = "127.0.0.1:8500")]
+    /// Address to listen on: IP:PORT, HOST:PORT (the first address HOST resolves to) or :PORT (127.0.0.1); port 0 picks a free port
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8500", value_parser = parse_listen_addr)]
     pub addr: std::net::SocketAddr,
     /// Lowest session TTL accepted, like Consul's session_ttl_min
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
@@ -397,6 +397,34 @@ pub struct DevServerArgs {
     /// Node name the server reports
     #[arg(long, default_value = "conlock-dev")]
     pub node_name: String,
+}
+
+/// `:PORT` listens on loopback only: the dev server is not for other machines (Go's
+/// `:PORT` would mean every interface).
+fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let spec = match s.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    let (host, port) = spec
+        .rsplit_once(':')
+        .ok_or("expected HOST:PORT, IP:PORT or :PORT")?;
+    port.parse::<u16>()
+        .map_err(|_| format!("{port:?} is not a port number (0 to 65535)"))?;
+    // IPv4 first: `localhost` often resolves to ::1 as well, and clients try 127.0.0.1.
+    let mut addrs: Vec<SocketAddr> = spec
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect();
+    addrs.sort_by_key(|a| !a.is_ipv4());
+    addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{host:?} resolves to no address"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use serde_json::{Map, Value};
 
@@ -56,18 +56,29 @@ fn dup_fd(fd: i32) -> Result<File, String> {
     Ok(unsafe { File::from_raw_fd(new) })
 }
 
+/// Who runs what, in every line: a shared events file then tells the runs apart.
+#[derive(Debug, Clone, Default)]
+pub struct About {
+    pub host: String,
+    /// As in conlock's default value (the arguments joined by spaces, cut at 4096 chars).
+    pub command: String,
+}
+
 struct State {
     /// Lines go through a thread of their own, so a reader that stops reading never
     /// blocks the stop of the command.
     queue: ui::Queue,
     kind: &'static str,
     target: String,
+    about: About,
+    /// When the command started and when it ended, for `ran_ms` in `exit`.
+    ran: (Option<Instant>, Option<Instant>),
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
 
 /// Starts writing events about `kind` (`lock` or `semaphore`) `target` (key or prefix).
-pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
+pub fn install(sink: Option<Sink>, kind: &'static str, target: &str, about: &About) {
     if let Some(Sink(mut file)) = sink {
         // One write per line, so concurrent writers (several conlocks on one file opened
         // for appending) never interleave within a line. A failure ends the events,
@@ -84,6 +95,8 @@ pub fn install(sink: Option<Sink>, kind: &'static str, target: &str) {
             queue,
             kind,
             target: target.to_string(),
+            about: about.clone(),
+            ran: (None, None),
         }));
     }
 }
@@ -103,7 +116,34 @@ pub fn flush() {
     }
 }
 
-/// Queues one event line: `time`, `event`, `kind`, `target`, `pid`, then `fields`.
+/// The command started (its exec succeeded).
+pub fn command_started() {
+    if let Some(state) = STATE.get() {
+        state.lock().unwrap_or_else(|p| p.into_inner()).ran.0 = Some(Instant::now());
+    }
+}
+
+/// The command ended (and its group was stopped).
+pub fn command_ended() {
+    if let Some(state) = STATE.get() {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.ran.0.is_some() && s.ran.1.is_none() {
+            s.ran.1 = Some(Instant::now());
+        }
+    }
+}
+
+/// Milliseconds from the command's start to its end (or to now if its end was not
+/// recorded); None if it never started.
+fn ran_ms() -> Option<u64> {
+    let state = STATE.get()?;
+    let (start, end) = state.lock().unwrap_or_else(|p| p.into_inner()).ran;
+    let end = end.unwrap_or_else(Instant::now);
+    start.map(|s| end.saturating_duration_since(s).as_millis() as u64)
+}
+
+/// Queues one event line: `time`, `event`, `kind`, `target`, `pid`, `host`, `command`,
+/// then `fields`.
 pub fn emit(event: &str, fields: Value) {
     let Some(state) = STATE.get() else { return };
     let s = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -115,6 +155,8 @@ pub fn emit(event: &str, fields: Value) {
         ("kind", s.kind.into()),
         ("target", s.target.clone().into()),
         ("pid", std::process::id().into()),
+        ("host", s.about.host.clone().into()),
+        ("command", s.about.command.clone().into()),
     ];
     let extra = match fields {
         Value::Object(m) => m,
@@ -143,7 +185,7 @@ pub fn emit(event: &str, fields: Value) {
 
 /// How a run ended, for the `exit` event.
 pub fn exit(code: i32, how: &str, extra: Value) {
-    let mut fields = serde_json::json!({ "code": code, "how": how });
+    let mut fields = serde_json::json!({ "code": code, "how": how, "ran_ms": ran_ms() });
     if let (Value::Object(f), Value::Object(e)) = (&mut fields, extra) {
         f.extend(e);
     }

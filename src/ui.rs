@@ -362,6 +362,35 @@ pub fn timestamp(t: SystemTime) -> String {
     s
 }
 
+/// An RFC 3339 UTC timestamp as `timestamp` writes it (`YYYY-MM-DDTHH:MM:SS(.fff)Z`).
+pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
+    // YYYY-MM-DDTHH:MM:SS(.fff)Z
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    // Days from civil, after Howard Hinnant.
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    // A fraction (`.123`), if any, to the nanosecond.
+    let frac = s[19..s.len() - 1]
+        .strip_prefix('.')
+        .filter(|f| !f.is_empty() && f.len() <= 9 && f.bytes().all(|c| c.is_ascii_digit()))
+        .map_or(0, |f| {
+            f.parse::<u32>().unwrap_or(0) * 10u32.pow(9 - f.len() as u32)
+        });
+    (secs >= 0).then(|| UNIX_EPOCH + std::time::Duration::new(secs as u64, frac))
+}
+
 /// `HH:MM:SS UTC`, for "until about" in messages.
 pub fn clock_time(t: SystemTime) -> String {
     format!("{} UTC", &timestamp_micros(t)[11..19])

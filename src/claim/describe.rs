@@ -28,7 +28,8 @@ impl Holder {
             "key": self.key,
             "name": self.name,
             "node": self.node,
-            "ttl": self.ttl,
+            // Nanoseconds, as every duration in status --json (Consul gives the TTL as text).
+            "ttl_ns": self.ttl.as_deref().and_then(|t| crate::duration::parse(t).ok()).map(|d| d.as_nanos() as u64),
             "lock_delay_ns": self.lock_delay_ns,
             "value": self.value,
             "held_since": self.held_since,

@@ -313,16 +313,14 @@ impl Claim for Lock {
     }
 
     fn release(&self, client: &Client, session_id: &str) -> bool {
-        // `retry_release` may move its deadline out through a leader election.
-        let client = &mut client.clone();
+        // Retried through a leader election's 5xx answers, for 10 s in all.
+        let mut r = claim::Releasing::new(client);
         // One request in the common case: the key is exactly as we last held it, so a
         // check-and-set delete frees it and leaves nothing behind, as `consul lock` does.
         let held_at = self.held_at.load(Ordering::SeqCst);
         if held_at > 0
-            && claim::retry_release(client, |client| {
-                client.kv_delete(&self.key, Some(held_at), false)
-            })
-            .unwrap_or(false)
+            && r.retry(|client| client.kv_delete(&self.key, Some(held_at), false))
+                .unwrap_or(false)
         {
             ui::verbose(format_args!("released {}", self.describe()));
             return true;
@@ -332,10 +330,13 @@ impl Claim for Lock {
             release: Some(session_id),
             ..Default::default()
         };
-        match claim::retry_release(client, |client| client.kv_put(&self.key, &[], put)) {
-            Ok(true) => ui::verbose(format_args!("released {}", self.describe())),
+        let released = match r.retry(|client| client.kv_put(&self.key, &[], put)) {
+            Ok(true) => {
+                ui::verbose(format_args!("released {}", self.describe()));
+                true
+            }
             // Not ours (any more): nothing to give back.
-            Ok(false) => {}
+            Ok(false) => false,
             Err(e) => {
                 ui::warn(format_args!(
                     "could not release {}: {e}; it frees when the session ends",
@@ -343,10 +344,16 @@ impl Claim for Lock {
                 ));
                 return false;
             }
-        }
+        };
         // Like `consul lock`, leave no key behind; the CAS keeps a new holder's key intact.
+        // Except when an invalidation freed it (not our release): Consul applies a
+        // lock-delay now, and the key is left saying until when, for `status`.
+        let client = r.client();
         if let Ok((Some(p), _)) = client.kv_get(&self.key, QueryOptions::default()) {
-            if p.holder().is_none() && p.flags == LOCK_FLAGS {
+            if p.holder().is_none()
+                && p.flags == LOCK_FLAGS
+                && (released || !super::lockdelay::record_until(client, &p, None))
+            {
                 let _ = client.kv_delete(&self.key, Some(p.modify_index), false);
             }
         }

@@ -6,7 +6,55 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::consul::CONSUL_MAX_LOCK_DELAY;
+use serde_json::Value;
+
+use crate::consul::{Client, KvPair, PutOptions, CONSUL_MAX_LOCK_DELAY, LOCK_FLAGS};
+
+/// The field added to conlock's default value in a lock key freed by an invalidated
+/// session: when the lock-delay ends at the latest (RFC 3339 UTC). Consul keeps the
+/// lock-delay to itself, so this is how `status` can tell.
+pub const UNTIL_FIELD: &str = "lock_delay_until";
+
+/// The end of the lock-delay recorded in a key's value, if any.
+pub fn recorded_until(value: &Value) -> Option<SystemTime> {
+    crate::ui::parse_timestamp(value.get(UNTIL_FIELD)?.as_str()?)
+}
+
+/// In a lock key that an invalidation just freed (no holder), records when the
+/// lock-delay ends: now plus `delay`, or the lock-delay conlock's value recorded. Only in
+/// conlock's default value (another holder's value is not ours to change), by
+/// check-and-set on `pair` (a new holder's key stays intact). Returns true when the key
+/// says it now, false when it was not written (the caller may delete the key instead).
+pub fn record_until(client: &Client, pair: &KvPair, delay: Option<Duration>) -> bool {
+    if pair.holder().is_some() || pair.flags != LOCK_FLAGS {
+        return false;
+    }
+    let Ok(Value::Object(mut value)) = serde_json::from_slice::<Value>(pair.value_bytes()) else {
+        return false;
+    };
+    if value.contains_key(UNTIL_FIELD) {
+        return true;
+    }
+    let recorded = value
+        .get("lock_delay")
+        .and_then(Value::as_str)
+        .and_then(|d| crate::duration::parse(d).ok());
+    if !value.contains_key("host") || recorded.is_none() {
+        return false;
+    }
+    let Some(delay) = delay.or(recorded) else {
+        return false;
+    };
+    let until = SystemTime::now() + delay.min(CONSUL_MAX_LOCK_DELAY);
+    value.insert(UNTIL_FIELD.into(), crate::ui::timestamp(until).into());
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        cas: Some(pair.modify_index),
+        ..Default::default()
+    };
+    let bytes = serde_json::to_vec(&value).expect("json");
+    matches!(client.kv_put(&pair.key, &bytes, put), Ok(true))
+}
 /// Refused again after the computed end (clock steps, a key freed earlier than seen):
 /// short, bounded retries.
 const AFTER_END_FIRST: Duration = Duration::from_millis(10);

@@ -2,6 +2,7 @@
 //! watch it, confirm it and give it back. Below the hold life cycle (`crate::hold`), above
 //! the Consul client: nothing here knows about processes, signals or the guardian.
 
+mod build;
 pub mod describe;
 pub mod lock;
 pub mod lockdelay;
@@ -104,20 +105,6 @@ pub enum ClaimSpec {
 }
 
 impl ClaimSpec {
-    /// The claim, able to release (its stored value is not needed for that).
-    pub fn build(&self) -> Box<dyn Claim> {
-        match self.clone() {
-            ClaimSpec::Lock { key } => {
-                Box::new(lock::Lock::new(key, HolderValue::Given(Vec::new())))
-            }
-            ClaimSpec::Semaphore { prefix, limit } => Box::new(semaphore::Semaphore {
-                prefix,
-                limit,
-                value: HolderValue::Given(Vec::new()),
-            }),
-        }
-    }
-
     /// For messages: `the lock "k"` or `a slot of semaphore "p"`.
     pub fn describe(&self) -> String {
         match self {
@@ -232,33 +219,54 @@ const RELEASE_RETRY: Duration = Duration::from_millis(250);
 /// than a leader election (2.4-4.2 s measured on a 3-server cluster on loopback).
 pub const RELEASE_ELECTION_BUDGET: Duration = Duration::from_secs(10);
 
-/// Runs a release step again while Consul answers it with a 5xx (a leader election
-/// answers 500 for a few seconds), every 250 ms for up to `RELEASE_ELECTION_BUDGET`,
-/// moving `client`'s deadline out that far (the later steps of the same release keep
-/// it): a release that is lost costs the next holder the session's TTL and lock-delay.
-/// An agent that does not answer at all is not waited for beyond the deadline.
-pub fn retry_release<T>(
-    client: &mut Client,
-    mut f: impl FnMut(&Client) -> std::result::Result<T, ConsulError>,
-) -> std::result::Result<T, ConsulError> {
-    let mut until = None;
-    loop {
-        match f(client) {
-            Err(e @ ConsulError::Server { .. }) => {
-                let until = *until.get_or_insert_with(|| Instant::now() + RELEASE_ELECTION_BUDGET);
-                if Instant::now() + RELEASE_RETRY >= until {
-                    return Err(e);
+/// The steps of one release, each run again while Consul answers it with a 5xx (a
+/// leader election answers 500 for a few seconds), every 250 ms, for up to
+/// `RELEASE_ELECTION_BUDGET` in all from the first such answer, the client's deadline
+/// moved out that far: a release that is lost costs the next holder the session's TTL
+/// and lock-delay. An agent that does not answer at all is not waited for beyond the
+/// client's deadline (until a 5xx came).
+pub struct Releasing {
+    client: Client,
+    until: Option<Instant>,
+}
+
+impl Releasing {
+    pub fn new(client: &Client) -> Releasing {
+        Releasing {
+            client: client.clone(),
+            until: None,
+        }
+    }
+
+    /// The client for a step that is not retried.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn retry<T>(
+        &mut self,
+        mut f: impl FnMut(&Client) -> std::result::Result<T, ConsulError>,
+    ) -> std::result::Result<T, ConsulError> {
+        loop {
+            match f(&self.client) {
+                Err(e @ ConsulError::Server { .. }) => {
+                    let until = *self
+                        .until
+                        .get_or_insert_with(|| Instant::now() + RELEASE_ELECTION_BUDGET);
+                    if Instant::now() + RELEASE_RETRY >= until {
+                        return Err(e);
+                    }
+                    if self.client.deadline().is_some_and(|d| d < until) {
+                        self.client = self.client.with_deadline(
+                            until,
+                            "a release answered with 5xx is retried for up to 10s in all",
+                        );
+                    }
+                    ui::verbose(format_args!("releasing: {e}; retrying"));
+                    std::thread::sleep(RELEASE_RETRY);
                 }
-                if client.deadline().is_some_and(|d| d < until) {
-                    *client = client.with_deadline(
-                        until,
-                        "a release answered with 5xx is retried for up to 10s",
-                    );
-                }
-                ui::verbose(format_args!("releasing: {e}; retrying"));
-                std::thread::sleep(RELEASE_RETRY);
+                other => return other,
             }
-            other => return other,
         }
     }
 }

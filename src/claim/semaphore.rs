@@ -28,6 +28,8 @@ const LOCK_WATCH_GAP: Duration = Duration::from_millis(200);
 /// A waiter that is not first in line for a free slot tries anyway after this long
 /// without any change, so that a dead waiter at the head of the line stalls nobody.
 const NOT_MY_TURN_WAIT: Duration = Duration::from_millis(500);
+/// The pause after a check-and-set that would create `.lock` found it missing again.
+const LOCK_RECREATED_PAUSE: Duration = Duration::from_millis(200);
 /// The first pause before a release reads `.lock` again after a lost check-and-set.
 const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
@@ -428,6 +430,17 @@ impl Claim for Semaphore {
                         }
                     }
                 }
+                // `.lock` missing again after a check-and-set that would create it is no
+                // puzzle: it was created and deleted meanwhile (`consul lock -n` deletes
+                // it when its last holder leaves, whoever waits). A pause, not a count,
+                // so that an agent that refuses every creation is not hammered.
+                Expect::Listed(0) if !listed && lock_at == 0 => {
+                    if claim::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    claim::sleep_until_deadline(LOCK_RECREATED_PAUSE, deadline);
+                    None
+                }
                 Expect::Listed(at) if !listed && lock_at == at => Some(format!(
                     "a check-and-set of {:?} at ModifyIndex {at} that adds session {sid} left it unchanged",
                     self.lock_key()
@@ -456,6 +469,10 @@ impl Claim for Semaphore {
                 ui::verbose(format_args!(
                     "contender key {my_key:?} was deleted; going on with a new session"
                 ));
+                // Out of time: no new session and key (this loop must not outlast it).
+                if claim::deadline_passed(deadline) {
+                    return Ok(None);
+                }
                 session.recreate()?;
                 (enter, fresh) = (true, true);
                 index = 0;
@@ -551,7 +568,9 @@ impl Claim for Semaphore {
                 wait_for = WATCH_WAIT;
                 continue;
             }
-            // Only now is this a wait (and worth a line or an event).
+            // Only now is this a wait (and worth a line or an event); a wait is a
+            // sensible answer, so a later puzzle is a first one.
+            puzzles.clear();
             let vanished = match cushion_ends {
                 Some(t) => format!(
                     ", a vanished holder's slot frees at about {}",
@@ -672,8 +691,8 @@ impl Claim for Semaphore {
     /// Removes only us: a vanished holder stays listed until a waiter's cushion for it
     /// has passed (its command may still run).
     fn release(&self, client: &Client, session_id: &str) -> bool {
-        // `retry_release` may move its deadline out through a leader election.
-        let client = &mut client.clone();
+        // Retried through a leader election's 5xx answers, for 10 s in all.
+        let mut r = claim::Releasing::new(client);
         let lock_key = self.lock_key();
         let mine = self.contender_key(session_id);
         // `.lock` first, by check-and-set against what we read, so that a waiter sees a
@@ -686,9 +705,7 @@ impl Claim for Semaphore {
                 // server that keeps refusing is not hammered.
                 std::thread::sleep(RELEASE_RETRY_PAUSE * attempt.min(20));
             }
-            let listed = claim::retry_release(client, |client| {
-                client.kv_list(&self.prefix, QueryOptions::default())
-            });
+            let listed = r.retry(|client| client.kv_list(&self.prefix, QueryOptions::default()));
             let mut view = match listed.map(|(pairs, _)| self.view_checked(pairs, false)) {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
@@ -718,7 +735,7 @@ impl Claim for Semaphore {
             }
             let mut state = view.state.clone();
             state.remove(session_id);
-            let done = claim::retry_release(client, |client| {
+            let done = r.retry(|client| {
                 if state.holders.is_empty() && view.contenders.is_empty() {
                     client.kv_delete(&lock_key, Some(at), false)
                 } else {
@@ -741,7 +758,7 @@ impl Claim for Semaphore {
                 }
             }
         }
-        let _ = claim::retry_release(client, |client| client.kv_delete(&mine, None, false));
+        let _ = r.retry(|client| client.kv_delete(&mine, None, false));
         released
     }
 

@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::gojson::{go_decode_first, go_fmt_t, go_type, J};
-use super::http::{Body, Request, Response, MAX_BODY};
+use super::listen;
+use super::message::{Body, Request, Response, MAX_BODY};
+use super::options::{FaultMode, DEFAULT_DETECT};
 use super::shared::{ConnHandle, Shared};
 use super::store::{
     kv_json, serf_health_json, session_json, Behavior, NewSession, Store, TxnKvOp, TxnOutcome,
     Watch,
 };
-use super::{util, FaultMode};
+use super::util;
 use crate::gostd::{
     base64_std_decode, clean_request_path, detect_content_type, float64_to_uint64, format_duration,
     is_print, parse_duration, parse_uint, path_escape, strconv_quote, Query,
@@ -1187,7 +1189,7 @@ fn control(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Response {
     }
     if rest == "agent" {
         let node = q.get("node");
-        return match super::add_agent(shared, node) {
+        return match listen::add_agent(shared, node) {
             Ok(addr) => json(200, &J::obj([("Addr", J::S(addr.to_string()))])),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => text(409, &e.to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => text(400, &e.to_string()),
@@ -1198,7 +1200,7 @@ fn control(shared: &Arc<Shared>, h: &ConnHandle, req: &Request) -> Response {
         let node = q.get("node");
         let freeze = rest == "agent/freeze";
         let detect = match q.get("detect") {
-            "" => super::DEFAULT_DETECT,
+            "" => DEFAULT_DETECT,
             d => match parse_duration(d) {
                 Ok(ns) if ns >= 0 && freeze => Duration::from_nanos(ns as u64),
                 _ => return text(400, &format!("Invalid detect duration '{d}'")),

@@ -20,74 +20,21 @@
 mod api;
 mod gojson;
 mod http;
+mod listen;
+mod message;
+mod options;
 mod shared;
 mod store;
 mod util;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::io::AsRawFd;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shared::{Agent, Listener, Shared};
-
-/// How long real Consul took to mark a stopped agent's node failed (6.0 to
-/// 6.5 s in the recordings); the default `detect` of a freeze.
-pub const DEFAULT_DETECT: Duration = Duration::from_secs(6);
-
-/// Dev server settings.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Where to listen; port 0 picks a free port.
-    pub addr: SocketAddr,
-    /// Smallest session TTL accepted (Consul's `session_ttl_min`).
-    pub session_ttl_min: Duration,
-    /// When set, every request must carry this token (`X-Consul-Token` or
-    /// `?token=`), else it gets 403 `Permission denied`.
-    pub acl_token: Option<String>,
-    /// The agent's node name (sessions are registered on it).
-    pub node_name: String,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            addr: SocketAddr::from(([127, 0, 0, 1], 8500)),
-            session_ttl_min: Duration::from_secs(10),
-            acl_token: None,
-            node_name: "conlock-dev".to_string(),
-        }
-    }
-}
-
-/// Injectable faults (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FaultMode {
-    /// No fault: serve normally.
-    None,
-    /// Every request answers 500 `No cluster leader`.
-    Error,
-    /// Requests are held unanswered, then served normally.
-    Hang,
-    /// Connections are closed abruptly without an answer, including every
-    /// blocking query in flight.
-    Drop,
-}
-
-impl FaultMode {
-    /// Parses `error`, `hang`, `drop` or `none`.
-    pub fn parse(s: &str) -> Option<FaultMode> {
-        match s {
-            "none" => Some(FaultMode::None),
-            "error" => Some(FaultMode::Error),
-            "hang" => Some(FaultMode::Hang),
-            "drop" => Some(FaultMode::Drop),
-            _ => None,
-        }
-    }
-}
+pub use options::{FaultMode, Options, DEFAULT_DETECT};
+use shared::Shared;
 
 /// A running dev server. Dropping it shuts it down.
 pub struct DevServer {
@@ -109,8 +56,8 @@ impl std::fmt::Debug for DevServer {
 impl DevServer {
     /// Binds `opts.addr` and serves on background threads; returns at once.
     pub fn start(opts: Options) -> std::io::Result<DevServer> {
-        let shared = Arc::new(Shared::new(&opts));
-        let addr = spawn_listener(&shared, opts.addr, shared.primary_agent())?;
+        let shared = Arc::new(Shared::new(&opts, http::serve_connection));
+        let addr = listen::spawn_listener(&shared, opts.addr, shared.primary_agent())?;
 
         let (tx, rx) = mpsc::channel::<()>();
         let s = shared.clone();
@@ -198,7 +145,7 @@ impl DevServer {
     /// it default to that node (and its `serfHealth`), `/v1/agent/self`
     /// names it. Fails with `AlreadyExists` when the node name is taken.
     pub fn add_agent(&self, node_name: &str) -> std::io::Result<SocketAddr> {
-        add_agent(&self.shared, node_name)
+        listen::add_agent(&self.shared, node_name)
     }
 
     /// Freezes the agent of `node` (a SIGSTOPped agent, or one cut off from
@@ -282,107 +229,6 @@ impl DevServer {
 impl Drop for DevServer {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// Binds `addr` and serves it on a new accept thread as `agent`.
-fn spawn_listener(
-    shared: &Arc<Shared>,
-    addr: SocketAddr,
-    agent: Arc<Agent>,
-) -> std::io::Result<SocketAddr> {
-    serve_listener(shared, TcpListener::bind(addr)?, agent)
-}
-
-/// Serves a bound listener on a new accept thread as `agent`.
-fn serve_listener(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
-    agent: Arc<Agent>,
-) -> std::io::Result<SocketAddr> {
-    // Go (and so Consul) listens with the kernel's somaxconn; Rust's std with 128, which
-    // a burst of connections overflows, each dropped one then waiting for a SYN retry.
-    // A second listen() only changes the backlog (capped at somaxconn by the kernel).
-    // SAFETY: a valid listening socket descriptor.
-    unsafe {
-        libc::listen(listener.as_raw_fd(), libc::c_int::MAX);
-    }
-    let mut listeners = shared.listeners.lock().unwrap_or_else(|e| e.into_inner());
-    if shared.is_shutdown() {
-        return Err(std::io::Error::other("dev server is shutting down"));
-    }
-    let bound = listener.local_addr()?;
-    let fd = listener.as_raw_fd();
-    let s = shared.clone();
-    let accept = std::thread::Builder::new()
-        .name("conlock-dev-accept".to_string())
-        .spawn(move || accept_loop(listener, s, agent))?;
-    listeners.push(Listener {
-        fd,
-        addr: bound,
-        accept,
-    });
-    Ok(bound)
-}
-
-/// Registers a client agent on `node` and starts its listener.
-fn add_agent(shared: &Arc<Shared>, node: &str) -> std::io::Result<SocketAddr> {
-    if node.is_empty() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "agent node name is empty",
-        ));
-    }
-    // Bound first, so that a failure leaves no agent without a listener.
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    let agent = shared.add_agent(node).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            format!("an agent already runs on node '{node}'"),
-        )
-    })?;
-    serve_listener(shared, listener, agent)
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, agent: Arc<Agent>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.is_shutdown() {
-            break;
-        }
-        let stream = match accepted {
-            Ok((s, _)) => s,
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let (id, h) = match shared.register(stream, agent.clone()) {
-            Some(x) => x,
-            None => break,
-        };
-        if shared.hand_to_idle_thread(id, h.clone()) {
-            continue;
-        }
-        let s = shared.clone();
-        let h2 = h.clone();
-        // Counted before it starts, so that it is counted by the time it serves.
-        shared.conn_threads.fetch_add(1, Ordering::SeqCst);
-        let spawned = std::thread::Builder::new()
-            .name("conlock-dev-conn".to_string())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let mut next = Some((id, h2));
-                while let Some((id, h)) = next {
-                    http::serve_connection(s.clone(), id, h);
-                    next = s.next_connection();
-                }
-            });
-        if spawned.is_err() {
-            shared.conn_threads.fetch_sub(1, Ordering::SeqCst);
-            h.kill();
-            shared.unregister(id);
-        }
     }
 }
 

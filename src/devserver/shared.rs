@@ -11,8 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::options::{FaultMode, Options};
 use super::store::{Store, Watch};
-use super::{FaultMode, Options};
 
 /// The agent a listener acts as: the dev server's own (server) agent, or a
 /// client agent on another node added for tests.
@@ -160,7 +160,13 @@ pub struct Shared {
     idle_cv: Condvar,
     /// Connection threads started so far.
     pub conn_threads: AtomicU64,
+    /// Serves one connection until it closes (http.rs): given by mod.rs, so that the
+    /// listeners (listen.rs), which the control endpoint starts too, need not know it.
+    serve_conn: ServeConnection,
 }
+
+/// Serves connection `id` until it closes, then unregisters it.
+pub type ServeConnection = fn(Arc<Shared>, u64, Arc<ConnHandle>);
 
 /// Connection threads between connections: a new connection goes to one of them instead
 /// of a new thread (a thread start was on the path of every client's first request).
@@ -179,7 +185,7 @@ fn relock<T>(r: std::sync::LockResult<MutexGuard<'_, T>>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(opts: &Options) -> Shared {
+    pub fn new(opts: &Options, serve_conn: ServeConnection) -> Shared {
         Shared {
             acl_token: opts.acl_token.clone(),
             session_ttl_min: opts.session_ttl_min,
@@ -202,7 +208,13 @@ impl Shared {
             idle: Mutex::new(Idle::default()),
             idle_cv: Condvar::new(),
             conn_threads: AtomicU64::new(0),
+            serve_conn,
         }
+    }
+
+    /// Serves connection `id` until it closes, then unregisters it.
+    pub fn serve_connection(self: &Arc<Shared>, id: u64, h: Arc<ConnHandle>) {
+        (self.serve_conn)(self.clone(), id, h);
     }
 
     pub fn lock_store(&self) -> MutexGuard<'_, Store> {

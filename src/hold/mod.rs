@@ -2,26 +2,37 @@
 //! the child, supervision, the guardian and the exit code. A `Claim` (a lock or a
 //! semaphore slot, `crate::claim`) plugs in how to acquire, watch, confirm and release.
 
+pub mod event;
 pub mod guardian;
+mod holding;
 pub mod procfs;
+pub mod program;
 pub mod session;
 mod signals;
 mod spawn;
 pub mod supervise;
+mod terminal;
+mod threads;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::claim::{Claim, MonitorPolicy, WaitDisplay};
+use crate::claim::{Claim, Held, MonitorPolicy, WaitDisplay};
 use crate::consul::Client;
 use crate::error::{exit, Error, Result};
 use crate::events;
 use crate::ui;
+use event::Event;
 use guardian::Guardian;
+use holding::{Ending, Holding};
+use program::Program;
 use session::{Session, SessionRef, SessionSpec};
-use supervise::{Child, Event, Outcome, Program, StopPolicy};
+use supervise::{Child, Outcome, StopPolicy};
+use threads::keep_joinable;
+
+pub use holding::CLEANUP_BUDGET;
 
 /// Everything `run`/`sem` need besides the claim itself.
 pub struct HoldSpec {
@@ -37,17 +48,6 @@ pub struct HoldSpec {
     pub max_time: Option<Duration>,
     /// Run the command even if the guardian cannot start.
     pub unguarded: bool,
-}
-
-/// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
-fn cleanup_client(client: &Client) -> Client {
-    client.with_deadline(
-        Instant::now() + CLEANUP_BUDGET,
-        &format!(
-            "cleanup is bounded to {}",
-            crate::duration::format(CLEANUP_BUDGET)
-        ),
-    )
 }
 
 /// How long past `--timeout` a request sent just before it may take to be answered.
@@ -162,7 +162,7 @@ fn hold_guarded(
         ),
         _ => client.clone(),
     };
-    let mut session = Session::create(
+    let session = Session::create(
         client,
         &waiting,
         spec.session.clone(),
@@ -175,8 +175,10 @@ fn hold_guarded(
     };
 
     let prior = supervise::Prior::now();
+    // From here on every way out goes through the guard.
+    let holding = Holding::new(client, claim.clone(), session, guardian, prior);
     let wait = WaitDisplay::start(claim.describe());
-    let acquired = claim.acquire(&waiting, &session, deadline, &wait);
+    let acquired = claim.acquire(&waiting, holding.session(), deadline, &wait);
     wait.finish();
     let waited = wait.waited();
     let held = match acquired {
@@ -189,34 +191,38 @@ fn hold_guarded(
                 claim.describe(),
                 spec.busy_exit_code
             ));
-            session.destroy_with(&cleanup_client(client));
-            return Ok(exit_event(spec.busy_exit_code, "busy"));
+            return holding.give_up(Ok((spec.busy_exit_code, "busy")));
         }
-        Err(e) => {
-            session.destroy_with(&cleanup_client(client));
-            return Err(e);
-        }
+        Err(e) => return holding.give_up(Err(e)),
     };
     let (tx, rx) = mpsc::channel();
     // From here on, signals are queued for the supervising loop instead of ending conlock
     // with a session destroy (which would impose the lock-delay on everyone else).
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Holding(tx.clone());
-    let session_id = session.id();
+    start_command(holding, &spec, &claim, held, waited, tx, rx)
+}
+
+/// From the acquisition to the command's start: the claim is confirmed, announced and
+/// told to the guardian, then the command spawned. A way out before it runs is
+/// `Holding::abandon`.
+fn start_command(
+    mut holding: Holding,
+    spec: &HoldSpec,
+    claim: &Arc<dyn Claim>,
+    held: Held,
+    waited: Duration,
+    tx: Sender<Event>,
+    rx: mpsc::Receiver<Event>,
+) -> Result<i32> {
+    let session_id = holding.held();
     // The guardian learns the claim together with the first deadline, right before the
     // spawn: one write, so one wake-up of it fewer beside the spawn. It learns it
     // earlier wherever a request comes first (the renewal in `start_holding`, a release
     // before the command started), so that a conlock killed during that request is
     // still cleaned up by a release, without a lock-delay. Decided once, for both.
-    let renew_first = session.renewal_due();
-    let mut claim_told = false;
-    let mut tell_claim = || {
-        if let (Some(g), false) = (guardian, claim_told) {
-            g.claim(claim.spec(), prior.list());
-        }
-        claim_told = true;
-    };
+    let renew_first = holding.session().renewal_due();
     if renew_first {
-        tell_claim();
+        holding.tell_claim();
     }
     let confirm = {
         let claim = claim.clone();
@@ -224,7 +230,10 @@ fn hold_guarded(
     };
     // A session that ends (or cannot be renewed) right after acquiring is a loss before
     // the command started: exit 124, as when the deadline passes then.
-    let unconfirmed = match session.start_holding(held.confirmed_at, confirm, renew_first) {
+    let unconfirmed = match holding
+        .session()
+        .start_holding(held.confirmed_at, confirm, renew_first)
+    {
         Ok(true) => None,
         Ok(false) => Some(format!(
             "session {session_id} was invalidated right after acquiring"
@@ -235,10 +244,7 @@ fn hold_guarded(
     };
     if let Some(reason) = unconfirmed {
         supervise::announce_loss(&reason, "not starting the command");
-        tell_claim();
-        claim.release(client, &session_id);
-        session.destroy();
-        return Ok(exit_event(exit::LOST, "lost"));
+        return holding.abandon(Ok((exit::LOST, "lost")));
     }
     ui::verbose(format_args!(
         "acquired {} (LockIndex {}, fencing token {})",
@@ -255,7 +261,7 @@ fn hold_guarded(
             "waited_ms": waited.as_millis() as u64,
         }),
     );
-    session.notify_lost(tx.clone());
+    holding.session().notify_lost(tx.clone());
     // A stop request or a loss that came before the command started: do not start it.
     let pending: Vec<Event> = rx.try_iter().collect();
     let early_exit = pending.iter().find_map(|e| match e {
@@ -270,11 +276,7 @@ fn hold_guarded(
         ui::verbose(format_args!(
             "stopping before the command started (exit {code})"
         ));
-        // A conlock killed during this release still has its claim released.
-        tell_claim();
-        claim.release(client, &session_id);
-        session.destroy();
-        return Ok(exit_event(code, how));
+        return holding.abandon(Ok((code, how)));
     }
     for e in pending {
         let _ = tx.send(e);
@@ -293,55 +295,68 @@ fn hold_guarded(
     ];
     env.extend(claim.env(&held, &session_id));
 
+    let guardian = holding.guardian();
     if let Some(g) = guardian {
         // conlock SIGKILLs the group `--kill-grace` after the deadline at the latest; if it
         // is stopped or stuck by then, the guardian does, half a margin later (so that a
         // healthy conlock is first), still half a margin before anyone else can hold it.
         let (g, late) = (g.clone(), spec.stop.grace + spec.session.margin() / 2);
-        session.on_confirmed(Box::new(move |deadline| g.deadline(deadline + late)));
+        holding
+            .session()
+            .on_confirmed(Box::new(move |deadline| g.deadline(deadline + late)));
     }
-    tell_claim();
+    holding.tell_claim();
     // Stalled since the acquisition (stopped, cut off) past the deadline: another holder
     // may already run, so the command must not start.
     // The child checks the deadline again right before its exec: it may be stopped
     // between (Ok(None)).
-    let deadline = session.boot_deadline();
+    let deadline = holding.session().boot_deadline();
     let spawned = if deadline.has_passed() {
         Ok(None)
     } else {
+        let prior = holding.take_prior();
         Child::spawn(&spec.program, &env, tx.clone(), guardian, deadline, prior)
     };
     let child = match spawned {
         Ok(Some(c)) => c,
         Ok(None) => {
             supervise::announce_loss(supervise::DEADLINE_PASSED, "not starting the command");
-            claim.release(client, &session_id);
-            session.destroy();
-            return Ok(exit_event(exit::LOST, "lost"));
+            return holding.abandon(Ok((exit::LOST, "lost")));
         }
-        Err(e) => {
-            claim.release(client, &session_id);
-            session.destroy();
-            return Err(e);
-        }
+        Err(e) => return holding.abandon(Err(e)),
     };
+    Ok(run_command(holding, spec, claim, child, held, tx, rx))
+}
+
+/// The command runs: supervised until it is gone (or survives SIGKILL), the claim kept
+/// for survivors and `--min-hold`, then `Holding::finish`.
+fn run_command(
+    holding: Holding,
+    spec: &HoldSpec,
+    claim: &Arc<dyn Claim>,
+    child: Child,
+    held: Held,
+    tx: Sender<Event>,
+    rx: mpsc::Receiver<Event>,
+) -> i32 {
+    let session_id = holding.session_id().to_string();
     // The spawn returned after the exec: the command has started (--min-hold and
     // --max-time count from here).
     let started = Instant::now();
+    events::command_started();
     // Started a little after the child, by the supervising loop: a job that ends within
     // MONITOR_DELAY costs no thread and no request for it. A loss meanwhile is still
     // seen at once when it starts (the watch starts from the acquisition's index), and
     // the deadline does not depend on the monitor.
-    let stop_monitor = Arc::new(AtomicBool::new(false));
     let start_monitor: Box<dyn FnMut() -> bool> = {
         let (claim, client, sid, held, policy, tx, stop) = (
             claim.clone(),
-            client.clone(),
+            holding.client().clone(),
             session_id.clone(),
             held.clone(),
             spec.monitor,
             tx.clone(),
-            stop_monitor.clone(),
+            holding.stop_monitor(),
         );
         let mut warned = false;
         Box::new(move || {
@@ -379,8 +394,14 @@ fn hold_guarded(
         start_max_time_timer(limit, started, tx.clone());
     }
 
-    let (outcome, group_gone) =
-        supervise::supervise(&child, &rx, &|| session.deadline(), spec.stop, &mut later);
+    let (outcome, group_gone) = supervise::supervise(
+        &child,
+        &rx,
+        &|| holding.session().deadline(),
+        spec.stop,
+        &mut later,
+    );
+    events::command_ended();
     // Still holding after the command (survivors, --min-hold): watch the claim meanwhile.
     if let Some((_, mut start_monitor)) = later.take() {
         if !group_gone || spec.min_hold.is_some() {
@@ -396,7 +417,7 @@ fn hold_guarded(
             "processes of group {pgid} survive SIGKILL (or may not be signalled); keeping {} (session {session_id}) until they are gone, so that no other holder starts beside them",
             claim.describe()
         ));
-        if let Some(reason) = wait_survivors(&session, &child) {
+        if let Some(reason) = wait_survivors(holding.session(), &child) {
             // Lost while part of the command runs: exit 124, whatever the command's code.
             supervise::announce_loss(
                 &reason,
@@ -405,9 +426,7 @@ fn hold_guarded(
                     claim.describe()
                 ),
             );
-            stop_monitor.store(true, Ordering::SeqCst);
-            drop(session);
-            return Ok(exit_event(exit::LOST, "lost"));
+            return holding.finish(Ending::KeepForSurvivors);
         }
         ui::alert(format_args!(
             "the surviving processes of group {pgid} are gone; releasing {}",
@@ -416,91 +435,18 @@ fn hold_guarded(
     }
     let outcome = match (outcome, spec.min_hold) {
         (o @ (Outcome::Exited(_) | Outcome::MaxTime), Some(min)) => {
-            match min_hold(&rx, started + min, &|| session.deadline()) {
+            match min_hold(&rx, started + min, &|| holding.session().deadline()) {
                 Some(reason) => Outcome::Lost(reason),
                 None => o,
             }
         }
         (o, _) => o,
     };
-    stop_monitor.store(true, Ordering::SeqCst);
-    // Nothing is left to supervise or renew for (the session outlives the bounded cleanup
-    // by its TTL): the signal and renew threads end now, while the release waits on the
-    // network. An exit waits for every thread, and each idle one costs a wake-up then.
-    session.stop_renewing();
-    signals::end_thread();
-    // The whole process group is gone: now the claim may go. Bounded in total, so an
-    // agent that stopped answering does not keep us (and whoever waits for our exit).
-    // The guardian learns that the command is gone before the claim goes (when its pipe
-    // was full, this waits a little for room).
-    if let Some(g) = guardian {
-        g.settle(Duration::from_millis(500));
-    }
-    let cleanup = cleanup_client(client);
-    let cleanup_end = cleanup.deadline().unwrap_or_else(Instant::now);
-    let released = claim.release(&cleanup, &session_id);
-    if released && !matches!(outcome, Outcome::Lost(_)) {
-        events::emit("released", serde_json::json!({ "session": session_id }));
-    }
-    if Instant::now() < cleanup_end {
-        session.destroy_with(&cleanup);
-    } else {
-        ui::warn(format_args!(
-            "no time left to destroy session {session_id} (cleanup is bounded to {}); it expires by its TTL",
-            crate::duration::format(CLEANUP_BUDGET)
-        ));
-        drop(session);
-    }
-    let (code, how) = exit_of(&outcome);
-    match &outcome {
-        Outcome::Lost(reason) => ui::verbose(format_args!(
-            "exiting {} after losing {}: {reason}",
-            exit::LOST,
-            claim.describe()
-        )),
-        _ => ui::verbose(format_args!(
-            "command {}; {} {}",
-            supervise::describe_end(code),
-            if released {
-                "released"
-            } else {
-                "could not release"
-            },
-            claim.describe()
-        )),
-    }
-    Ok(exit_event(code, how))
+    holding.finish(Ending::Release(outcome))
 }
 
 /// How long after the spawn the monitor sends its first query.
 const MONITOR_DELAY: Duration = Duration::from_millis(50);
-
-/// Total time for releasing and destroying the session once the command is gone (a
-/// release that Consul answers with 500, as during a leader election, may take longer:
-/// see `claim::retry_release`).
-pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
-
-/// The exit code and the `how` of the `exit` event for an outcome.
-fn exit_of(outcome: &Outcome) -> (i32, &'static str) {
-    match outcome {
-        Outcome::Exited(code) => match supervise::child_signal() {
-            Some(sig) if *code == 128 + sig => (*code, "signal"),
-            _ => (*code, "exited"),
-        },
-        Outcome::Lost(_) => (exit::LOST, "lost"),
-        Outcome::MaxTime => (exit::MAX_TIME, "max-time"),
-    }
-}
-
-/// Emits the `exit` event and returns `code`.
-fn exit_event(code: i32, how: &str) -> i32 {
-    let extra = match (how, supervise::child_signal()) {
-        ("signal", Some(sig)) => serde_json::json!({ "signal": sig }),
-        _ => serde_json::json!({}),
-    };
-    events::exit(code, how, extra);
-    code
-}
 
 /// Sends `Event::MaxTime` once the command has run `limit`.
 fn start_max_time_timer(limit: Duration, started: Instant, tx: Sender<Event>) {
@@ -653,13 +599,6 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
         .map_err(|e| Error::Other(e.into()))?;
     keep_joinable(thread);
     Ok(())
-}
-
-/// Never joined, never detached: a detached thread on musl unmaps its own stack as it
-/// ends, and that unmap flushes the TLB of the CPU where conlock's main thread runs
-/// (an interrupt to a vCPU). The exit frees the stack with everything else.
-pub(crate) fn keep_joinable<T>(thread: std::thread::JoinHandle<T>) {
-    std::mem::forget(thread);
 }
 
 #[cfg(test)]

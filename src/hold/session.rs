@@ -14,8 +14,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::event::Event;
 use super::guardian::Guardian;
-use super::supervise::Event;
 use crate::claim::SessionHandle;
 use crate::clock::BootInstant;
 use crate::consul::{Client, ConsulError, SessionRequest};
@@ -353,7 +353,7 @@ impl Session {
         self.shared.wake.notify_all();
         // The thread may sit in a renew call; it exits when that returns.
         if let Some(thread) = self.thread.take() {
-            super::keep_joinable(thread);
+            super::threads::keep_joinable(thread);
         }
         id
     }

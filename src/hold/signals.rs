@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Mutex;
 
-use super::supervise::{self, Event};
+use super::event::{self, Event};
 
 /// Whether SIGCHLD was ignored when conlock started: the command inherits that.
 static SIGCHLD_IGNORED: AtomicBool = AtomicBool::new(false);
@@ -33,8 +33,8 @@ fn set() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in supervise::FORWARDED.into_iter().chain([libc::SIGTSTP]) {
-            if !supervise::ignored(sig) {
+        for sig in event::FORWARDED.into_iter().chain([libc::SIGTSTP]) {
+            if !event::ignored(sig) {
                 libc::sigaddset(&mut set, sig);
             }
         }
@@ -146,7 +146,7 @@ pub(super) fn reap_ready() {
             *pid = 0;
         } else if libc::WIFSIGNALED(status) {
             let sig = libc::WTERMSIG(status);
-            supervise::record_child_signal(sig);
+            event::record_child_signal(sig);
             let _ = events.send(Event::ChildExited(128 + sig));
             *pid = 0;
         }

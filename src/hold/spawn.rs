@@ -247,7 +247,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(1);
         }
         if a.terminal {
-            super::supervise::give_terminal(libc::getpid());
+            super::terminal::give_terminal(libc::getpid());
         }
         #[cfg(test)]
         tests::before_unmask();

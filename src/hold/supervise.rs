@@ -9,11 +9,7 @@
 //! process group. PR_SET_PDEATHSIG alone would reach only the direct child.
 
 use std::collections::HashSet;
-use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -23,182 +19,18 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::event::{ignored, Event};
 use super::guardian::Guardian;
 use super::procfs::{self, Proc};
+use super::program::Program;
+use super::terminal::{foreground_terminal, give_terminal, own_group_has_job_control};
 use crate::clock::BootInstant;
 use crate::error::{Error, Result};
 use crate::ui;
 
-/// What the supervising loop reacts to.
-#[derive(Debug)]
-pub enum Event {
-    /// The direct child ended: exit code, or 128 + signal.
-    ChildExited(i32),
-    /// conlock received this signal.
-    Signal(i32),
-    /// The lock or slot is gone.
-    Lost(String),
-    /// The direct child stopped on this terminal signal (SIGTSTP, SIGTTIN, SIGTTOU).
-    Stopped(i32),
-    /// The command ran longer than --max-time (the text says so).
-    MaxTime(String),
-}
-
-/// The signals conlock forwards to the child's process group.
-pub const FORWARDED: [i32; 7] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
-
 /// Forwarded signals after which the group also gets SIGCONT: a stopped process cannot
 /// run its handler for them.
 const CONTINUE_AFTER: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
-
-/// True when `sig` is ignored (SIG_IGN) right now. Queried before any handler is
-/// installed, it tells what conlock inherited: `nohup` ignores SIGHUP, a non-interactive
-/// shell ignores SIGINT and SIGQUIT for background jobs. Those stay ignored.
-pub fn ignored(sig: i32) -> bool {
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
-}
-
-/// A command ready to spawn: the program was found and is executable.
-#[derive(Debug, Clone)]
-pub struct Program {
-    pub path: PathBuf,
-    pub argv: Vec<OsString>,
-    /// For messages and the default session name.
-    pub display: String,
-}
-
-/// Resolves the command before anything else happens, so that a typo fails fast (127/126)
-/// instead of after waiting for the lock.
-pub fn resolve(command: &[OsString], shell: bool) -> Result<Program> {
-    let Some(first) = command.first() else {
-        return Err(Error::Usage("no command given after --".into()));
-    };
-    if first.is_empty() {
-        return Err(Error::Usage("the command is an empty string".into()));
-    }
-    let display = command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    if shell {
-        let sh = std::env::var_os("SHELL")
-            .filter(|s| !s.is_empty() && Path::new(s).is_absolute() && is_executable(Path::new(s)))
-            .unwrap_or_else(|| OsString::from("/bin/sh"));
-        let script = OsString::from(&display);
-        return Ok(Program {
-            path: PathBuf::from(&sh),
-            argv: vec![sh, OsString::from("-c"), script],
-            display,
-        });
-    }
-    let path = find_program(first)?;
-    Ok(Program {
-        path,
-        argv: command.to_vec(),
-        display,
-    })
-}
-
-fn is_executable(p: &Path) -> bool {
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
-
-fn find_program(name: &OsStr) -> Result<PathBuf> {
-    let raw = name.to_string_lossy();
-    // Quoted as typed, so that a whole shell line does not read as one.
-    let shown = ui::shell_quote(&raw);
-    // A whole shell line given as one word is the usual `consul lock` habit.
-    let hint =
-        if raw.contains(|c: char| c.is_whitespace() || "|&;<>()$`\\\"'*?[]#~=%{}!".contains(c)) {
-            " (a whole shell line? use --shell)"
-        } else {
-            ""
-        };
-    let check = |p: &Path| -> Result<PathBuf> {
-        let meta = std::fs::metadata(p)
-            .map_err(|_| Error::NotFound(format!("command not found: {shown}{hint}")))?;
-        if meta.is_dir() {
-            return Err(Error::NotExecutable(format!(
-                "{shown} is a directory, not a command"
-            )));
-        }
-        if meta.permissions().mode() & 0o111 == 0 {
-            return Err(Error::NotExecutable(format!(
-                "{shown} is not executable (check its permissions)"
-            )));
-        }
-        if let Some(interp) = missing_interpreter(p) {
-            return Err(Error::NotFound(format!(
-                "interpreter {} of script {} not found (check its #! line)",
-                interp.display(),
-                p.display()
-            )));
-        }
-        Ok(p.to_path_buf())
-    };
-    if name.as_bytes().contains(&b'/') {
-        return check(Path::new(name));
-    }
-    let path_var =
-        std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    let mut first_err = None;
-    for dir in std::env::split_paths(&path_var) {
-        let candidate = dir.join(name);
-        match check(&candidate) {
-            Ok(p) => return Ok(p),
-            Err(Error::NotExecutable(m)) if candidate.is_file() => {
-                first_err.get_or_insert(Error::NotExecutable(m));
-            }
-            Err(_) => {}
-        }
-    }
-    Err(first_err.unwrap_or_else(|| {
-        Error::NotFound(format!("command not found: {shown} (searched PATH){hint}"))
-    }))
-}
-
-/// The `#!` interpreter of script `p` when it does not exist (exec would fail with
-/// ENOENT, which reads as if the script itself were missing).
-fn missing_interpreter(p: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(p).ok()?.read(&mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?;
-    let line = line.split(|&b| b == b'\n').next()?;
-    let text = std::str::from_utf8(line).ok()?.trim();
-    let interp = PathBuf::from(text.split_whitespace().next()?);
-    (interp.is_absolute() && !interp.exists()).then_some(interp)
-}
-
-/// Parses `TERM`, `SIGTERM`, `sigterm` or `15`.
-pub fn parse_signal(s: &str) -> std::result::Result<Signal, String> {
-    let t = s.trim();
-    if let Ok(n) = t.parse::<i32>() {
-        return Signal::try_from(n).map_err(|_| format!("unknown signal number {n}"));
-    }
-    let upper = t.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") {
-        upper
-    } else {
-        format!("SIG{upper}")
-    };
-    name.parse::<Signal>()
-        .map_err(|_| format!("unknown signal {s:?} (try TERM, INT, HUP or a number)"))
-}
 
 /// The running child and its process group.
 pub struct Child {
@@ -439,6 +271,14 @@ impl Child {
 
     fn stop_these(&self, procs: Vec<Proc>, sig: Signal, done: &mut HashSet<(i32, u64)>) {
         for p in procs {
+            // A member of the group gets the group's signal: a second TERM or INT cuts
+            // short what a command does on the first. SIGKILL goes to every one again.
+            if sig != Signal::SIGKILL
+                && !self.group_is_gone()
+                && unsafe { libc::getpgid(p.pid) } == self.pid.as_raw()
+            {
+                continue;
+            }
             if sig == Signal::SIGKILL || done.insert((p.pid, p.start)) {
                 if p.signal(sig) {
                     ui::verbose(format_args!(
@@ -879,14 +719,6 @@ impl Prior {
     }
 }
 
-/// True when conlock's process group is provably not orphaned: its parent (a shell with
-/// job control) is in the same session but another group, so a stop signal is not
-/// discarded and the shell will see it.
-fn own_group_has_job_control() -> bool {
-    let (ppid, pgrp, sid) = unsafe { (libc::getppid(), libc::getpgrp(), libc::getsid(0)) };
-    procfs::stat(ppid).is_some_and(|p| p.session == sid && p.pgrp != pgrp)
-}
-
 /// Stops the handler of `conlock watch` (or any process group) as `run` stops its
 /// command: `first` and SIGCONT, `grace`, then SIGKILL. False if the group survives.
 pub fn stop_group(pgid: i32, first: Signal, grace: Duration) -> bool {
@@ -909,53 +741,6 @@ pub fn stop_group(pgid: i32, first: Signal, grace: Duration) -> bool {
     }
     let _ = kill(group, Signal::SIGKILL);
     wait(Duration::from_secs(10))
-}
-
-/// The signal the direct child died of (0: none), for telling 128+N from an exit code.
-static CHILD_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// The signal the command died of, if it died of one.
-pub fn child_signal() -> Option<i32> {
-    match CHILD_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => None,
-        n => Some(n),
-    }
-}
-
-/// How the command ended, for messages: "exited with 3" or "was killed by signal 9
-/// (SIGKILL; exit code 137)".
-pub fn describe_end(code: i32) -> String {
-    match child_signal().map(|n| (n, Signal::try_from(n))) {
-        Some((n, Ok(sig))) if code == 128 + n => {
-            format!(
-                "was killed by signal {n} ({}; exit code {code})",
-                sig.as_str()
-            )
-        }
-        _ => format!("exited with {code}"),
-    }
-}
-
-/// Records the signal the command died of (see `child_signal`).
-pub(super) fn record_child_signal(sig: i32) {
-    CHILD_SIGNAL.store(sig, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// True when stdin is a terminal whose foreground group is ours.
-fn foreground_terminal() -> bool {
-    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
-}
-
-/// Makes `pgid` the terminal's foreground group, ignoring SIGTTOU meanwhile.
-/// Async-signal-safe: also used between fork and exec.
-pub(super) unsafe fn give_terminal(pgid: libc::pid_t) {
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    let mut old: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigaddset(&mut set, libc::SIGTTOU);
-    libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-    libc::tcsetpgrp(0, pgid);
-    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
 }
 
 #[cfg(test)]
@@ -1070,13 +855,5 @@ mod tests {
         assert!(!killed_past_deadline(Some(0), false));
         assert!(!killed_past_deadline(Some(143), false));
         assert!(!killed_past_deadline(None, false));
-    }
-
-    #[test]
-    fn ignored_reports_sig_ign() {
-        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
-        assert!(ignored(libc::SIGUSR2));
-        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
-        assert!(!ignored(libc::SIGUSR2));
     }
 }

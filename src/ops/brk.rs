@@ -59,6 +59,12 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
         client.session_destroy(&h.session)?;
         let line = match &snap {
             Snapshot::Lock { key, .. } => {
+                // Consul keeps the lock-delay to itself: leave in the key until when it
+                // runs, so that `status` can tell (conlock's default value only).
+                if let Ok((Some(p), _)) = client.kv_get(key, QueryOptions::default()) {
+                    let delay = h.lock_delay_ns.map(std::time::Duration::from_nanos);
+                    crate::claim::lockdelay::record_until(client, &p, delay);
+                }
                 let delay = applied_delay(h);
                 format!(
                     "destroyed {}; {key} can be acquired again after {delay} (lock-delay)\n",

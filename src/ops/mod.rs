@@ -5,10 +5,13 @@ pub mod brk;
 pub mod status;
 pub mod watch;
 
+use std::time::SystemTime;
+
 use serde_json::{json, Value};
 
 pub use crate::claim::describe::Holder;
 use crate::claim::describe::{decode_value, holder};
+use crate::claim::lockdelay;
 use crate::claim::semaphore::LockState;
 use crate::consul::{Client, KvPair, QueryMeta, QueryOptions, LOCK_FLAGS, SEMAPHORE_FLAGS};
 use crate::error::{Error, Result};
@@ -32,6 +35,9 @@ pub enum Target {
 pub struct LockDelayHint {
     /// The lock-delay the last holder recorded in its value (conlock's default value).
     pub up_to_ns: Option<u64>,
+    /// When it ends at the latest, as the losing conlock or `break` recorded it in the
+    /// value (RFC 3339 UTC); None when nobody did (consul lock, a holder that died).
+    pub until: Option<String>,
     /// The value left in the key.
     pub value: Value,
 }
@@ -124,6 +130,7 @@ impl Snapshot {
                 "modify_index": modify_index,
                 "lock_delay": lock_delay.as_ref().map(|d| json!({
                     "up_to_ns": d.up_to_ns,
+                    "until": d.until,
                     "value": d.value,
                 })),
             }),
@@ -156,17 +163,27 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
             )));
         }
     }
-    let lock_delay = pair.filter(|p| p.holder().is_none()).map(|p| {
-        let value = decode_value(p.value_bytes());
-        Box::new(LockDelayHint {
-            up_to_ns: value
-                .get("lock_delay")
-                .and_then(Value::as_str)
-                .and_then(|d| crate::duration::parse(d).ok())
-                .map(|d| d.as_nanos() as u64),
-            value,
+    let lock_delay = pair
+        .filter(|p| p.holder().is_none())
+        .map(|p| {
+            let value = decode_value(p.value_bytes());
+            Box::new(LockDelayHint {
+                up_to_ns: value
+                    .get("lock_delay")
+                    .and_then(Value::as_str)
+                    .and_then(|d| crate::duration::parse(d).ok())
+                    .map(|d| d.as_nanos() as u64),
+                until: value
+                    .get(lockdelay::UNTIL_FIELD)
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                value,
+            })
         })
-    });
+        // A recorded end that has passed: free (the key stays until the next holder).
+        .filter(|h| {
+            lockdelay::recorded_until(&h.value).map_or(true, |end| end > SystemTime::now())
+        });
     Ok(Snapshot::Lock {
         key: key.to_string(),
         holder: pair.and_then(|p| p.holder().map(|s| holder(client, p, s))),

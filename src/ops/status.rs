@@ -45,16 +45,38 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                                 )
                             },
                         );
-                        rows.push((
-                            "state".into(),
-                            format!(
-                                "free, but a lock-delay of {up_to} may still block new holders"
-                            ),
-                        ));
-                        rows.push((
-                            "why".into(),
-                            "the last holder's session was invalidated (expired, broken or its node failed) rather than released; Consul does not tell when".into(),
-                        ));
+                        let end = crate::claim::lockdelay::recorded_until(&d.value);
+                        match end {
+                            Some(end) => {
+                                let left = end.duration_since(now).unwrap_or_default();
+                                rows.push((
+                                    "state".into(),
+                                    format!(
+                                        "free, but in a lock-delay until about {} ({} from now): Consul refuses new holders until then",
+                                        crate::ui::clock_time(end),
+                                        crate::duration::format(std::time::Duration::from_secs(
+                                            left.as_secs() + 1
+                                        ))
+                                    ),
+                                ));
+                                rows.push((
+                                    "why".into(),
+                                    "the last holder's session was invalidated (lost or broken) rather than released; the end is what the losing conlock or `break` recorded in the key".into(),
+                                ));
+                            }
+                            None => {
+                                rows.push((
+                                    "state".into(),
+                                    format!(
+                                        "free, but a lock-delay of {up_to} may still block new holders"
+                                    ),
+                                ));
+                                rows.push((
+                                    "why".into(),
+                                    "the last holder's session was invalidated (expired, broken or its node failed) rather than released; Consul does not tell when".into(),
+                                ));
+                            }
+                        }
                         rows.push(("last value".into(), value_text(&d.value)));
                     }
                 },
@@ -131,6 +153,12 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
             .map(|s| format!(" ({s} ago)"))
             .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
+    } else {
+        // Only conlock's default value records it: Consul keeps no times, only indexes.
+        rows.push((
+            format!("{indent}held since"),
+            "unknown (the holder stores its own value)".into(),
+        ));
     }
     rows.push((format!("{indent}value"), value_text(&h.value)));
 }
@@ -145,32 +173,11 @@ fn value_text(v: &serde_json::Value) -> String {
 
 /// `1h2m3s` since an RFC 3339 UTC timestamp as conlock writes it.
 fn held_for(since: &str, now: SystemTime) -> Option<String> {
-    let t = parse_utc(since)?;
+    let t = crate::ui::parse_timestamp(since)?;
     let d = now.duration_since(t).ok()?;
     Some(crate::duration::format(std::time::Duration::from_secs(
         d.as_secs(),
     )))
-}
-
-fn parse_utc(s: &str) -> Option<SystemTime> {
-    // YYYY-MM-DDTHH:MM:SS(.fff)Z
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    // Days from civil, after Howard Hinnant.
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    (secs >= 0).then(|| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
 }
 
 #[cfg(test)]
@@ -194,9 +201,9 @@ mod tests {
 
     #[test]
     fn parses_our_timestamps() {
-        let t = parse_utc("2026-11-21T13:45:26.123Z").unwrap();
-        assert_eq!(crate::ui::timestamp(t), "2026-11-21T13:45:26.000Z");
-        assert!(parse_utc("yesterday").is_none());
+        let t = crate::ui::parse_timestamp("2026-11-21T13:45:26.123Z").unwrap();
+        assert_eq!(crate::ui::timestamp(t), "2026-11-21T13:45:26.123Z");
+        assert!(crate::ui::parse_timestamp("yesterday").is_none());
     }
 
     #[test]
@@ -208,7 +215,8 @@ mod tests {
             modify_index: 42,
             lock_delay: None,
         };
-        let now = parse_utc("2026-11-21T13:47:26Z").unwrap() + Duration::from_millis(500);
+        let now = crate::ui::parse_timestamp("2026-11-21T13:47:26Z").unwrap()
+            + Duration::from_millis(500);
         let text = render(&snap, now);
         assert!(text.contains("state:         held\n"), "{text}");
         assert!(text.contains("fencing token: 42 (ModifyIndex)\n"), "{text}");
@@ -252,5 +260,8 @@ mod tests {
         assert_eq!(j["waiting"], 3);
         assert_eq!(j["holders"][0]["session"], "abc");
         assert_eq!(j["holders"][0]["value"]["pid"], 7);
+        // Every duration in nanoseconds.
+        assert_eq!(j["holders"][0]["ttl_ns"], 15_000_000_000u64);
+        assert_eq!(j["holders"][0]["lock_delay_ns"], 15_000_000_000u64);
     }
 }

@@ -12,7 +12,9 @@ use super::{inspect, Holder, Snapshot, Target};
 use crate::claim::WATCH_WAIT;
 use crate::consul::{next_index, Client, QueryOptions};
 use crate::error::Result;
-use crate::hold::supervise::{self, Program};
+use crate::hold::event;
+use crate::hold::program::{self, Program};
+use crate::hold::supervise;
 use crate::ui;
 
 /// One change of holder.
@@ -39,7 +41,7 @@ pub fn run(
     let handler = if handler.is_empty() {
         None
     } else {
-        Some(HandlerRunner::start(supervise::resolve(handler, false)?)?)
+        Some(HandlerRunner::start(program::resolve(handler, false)?)?)
     };
     let mut index = 0;
     let mut prev: Option<Snapshot> = None;
@@ -348,7 +350,7 @@ fn describe_exit(st: std::process::ExitStatus) -> String {
 fn stop_handler_on_signals(running: Arc<Mutex<Running>>) -> Result<()> {
     let caught: Vec<i32> = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT]
         .into_iter()
-        .filter(|&sig| !supervise::ignored(sig))
+        .filter(|&sig| !event::ignored(sig))
         .collect();
     let mut signals = signal_hook::iterator::Signals::new(caught).map_err(|e| {
         crate::error::Error::Other(anyhow::anyhow!("cannot install signal handlers: {e}"))

@@ -429,6 +429,74 @@ fn status_json_keeps_one_shape_per_kind() {
     assert_eq!((code, j["state"].as_str()), (Some(1), Some("free")));
 }
 
+/// Right after a `break` (or a loss) of a conlock holder, status knows the lock-delay
+/// that run meets: the losing conlock and break record its end in the key.
+#[test]
+fn status_after_break_shows_the_lock_delay_run_meets() {
+    let server = start_server();
+    let mut holder = start_holder(&server, "bd/k", &[], "exec sleep 60");
+    conlock(&server)
+        .args(["break", "--key", "bd/k", "--yes"])
+        .assert()
+        .code(0);
+    // The holder stops its command and cleans up on its way out.
+    assert_eq!(wait_exit(&mut holder, LONG).code(), Some(124));
+    conlock(&server)
+        .args(["run", "--key", "bd/k", "--timeout", "0s", "--", "true"])
+        .assert()
+        .code(75)
+        .stderr(contains("free, in a lock-delay"));
+    conlock(&server)
+        .args(["status", "--key", "bd/k"])
+        .assert()
+        .code(2)
+        .stdout(contains("free, but in a lock-delay until about"));
+    let (code, j) = status_json(&server, &["--key", "bd/k"]);
+    assert_eq!(
+        (code, j["state"].as_str()),
+        (Some(2), Some("lock-delay")),
+        "{j}"
+    );
+    let until = j["lock_delay"]["until"].as_str().unwrap().to_string();
+    let now = conlock::ui::timestamp(std::time::SystemTime::now());
+    assert!(until > now, "until {until}, now {now}");
+
+    // A holder that died: break alone records it, from the session's LockDelay.
+    let c = client(&server);
+    let sid = c
+        .session_create(&SessionRequest {
+            name: "dead".into(),
+            lock_delay: Some("20s".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let value = br#"{"host":"h","pid":1,"command":"job","started":"2026-11-21T13:45:26.123Z","lock_delay":"20s"}"#;
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        acquire: Some(&sid),
+        ..Default::default()
+    };
+    assert!(c.kv_put("bd/dead", value, put).unwrap());
+    conlock(&server)
+        .args(["break", "--key", "bd/dead", "--yes"])
+        .assert()
+        .code(0);
+    let (code, j) = status_json(&server, &["--key", "bd/dead"]);
+    assert_eq!(code, Some(2), "{j}");
+    assert!(j["lock_delay"]["until"].as_str().is_some(), "{j}");
+
+    // A recorded end that has passed: free, although the key is still there.
+    let old = br#"{"host":"h","pid":1,"command":"job","lock_delay":"15s","lock_delay_until":"2020-01-01T00:00:00.000Z"}"#;
+    let put = PutOptions {
+        flags: LOCK_FLAGS,
+        ..Default::default()
+    };
+    assert!(c.kv_put("bd/old", old, put).unwrap());
+    let (code, j) = status_json(&server, &["--key", "bd/old"]);
+    assert_eq!((code, j["state"].as_str()), (Some(1), Some("free")), "{j}");
+    assert_eq!(j["lock_delay"], serde_json::Value::Null, "{j}");
+}
+
 #[test]
 fn status_agrees_with_run_during_a_lock_delay() {
     let server = start_server();
@@ -558,11 +626,16 @@ fn man_pages_and_help_name_what_operators_type() {
             }
         }
     }
-    // What status cannot see (issue 32, item 6).
+    // What status can and cannot see of a lock-delay (issue 32, item 6).
     Command::new(BIN)
         .args(["status", "--help"])
         .assert()
-        .stdout(contains("1    free (also right after a `break` or a loss"));
+        .stdout(contains(
+            "After a loss or a `break`, a conlock holder's\n       key says until when",
+        ))
+        .stdout(contains(
+            "a `consul lock` holder\n       deletes its key when it loses it",
+        ));
 }
 
 #[test]
@@ -784,6 +857,109 @@ fn subcommand_options_sit_under_the_subcommand_heading() {
     }
 }
 
+/// `dev-server --addr` takes a host name and `:PORT` (loopback), as people type them.
+#[test]
+fn dev_server_addr_takes_localhost_and_a_bare_port() {
+    for addr in ["localhost:0", ":0"] {
+        let mut child = Command::new(BIN)
+            .args(["dev-server", "--addr", addr])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        signal(child.id(), libc::SIGTERM);
+        let status = child.wait().unwrap();
+        let url = line
+            .strip_prefix("conlock dev-server listening on ")
+            .unwrap_or_else(|| panic!("{addr}: {line:?}"));
+        let port = url.split(' ').next().unwrap().rsplit(':').next().unwrap();
+        assert!(
+            (url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:"))
+                && port.parse::<u16>().unwrap() != 0,
+            "{addr}: {line:?}"
+        );
+        assert_eq!(status.code(), Some(0), "{addr}");
+    }
+    Command::new(BIN)
+        .args(["dev-server", "--addr", "localhost:x"])
+        .assert()
+        .code(125)
+        .stderr(contains("\"x\" is not a port number"));
+}
+
+/// Installed documentation is whole: the man pages put examples, exit codes and the
+/// environment under the headings man readers know, name only pages that exist, and
+/// neither they nor --help point at paths of the source tree (docs/...).
+#[test]
+fn man_pages_and_help_point_at_what_is_installed() {
+    const SUBS: [&str; 6] = ["run", "sem", "status", "watch", "break", "dev-server"];
+    let page = |sub: Option<&str>| -> String {
+        let out = Command::new(BIN).arg("man").args(sub).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "man {sub:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for sub in std::iter::once(None).chain(SUBS.iter().copied().map(Some)) {
+        let roff = page(sub);
+        let headings: Vec<&str> = roff.lines().filter(|l| l.starts_with(".SH ")).collect();
+        assert!(!headings.contains(&".SH EXTRA"), "{sub:?}: {headings:?}");
+        assert!(headings.contains(&".SH SEE ALSO"), "{sub:?}: {headings:?}");
+        if !matches!(sub, Some("watch" | "dev-server")) {
+            for h in [".SH EXAMPLES", ".SH EXIT STATUS"] {
+                assert!(headings.contains(&h), "{sub:?}: {h} in {headings:?}");
+            }
+        }
+        if matches!(sub, None | Some("run" | "sem")) {
+            assert!(
+                headings.contains(&".SH ENVIRONMENT"),
+                "{sub:?}: {headings:?}"
+            );
+        }
+        // Every page reference is a page `conlock man` prints.
+        let plain = roff
+            .replace("\\fB", "")
+            .replace("\\fR", "")
+            .replace("\\-", "-");
+        for (i, _) in plain.match_indices("(1)") {
+            let name = plain[..i]
+                .rsplit(|c: char| c.is_whitespace() || c == ',')
+                .next()
+                .unwrap();
+            let sub = name
+                .strip_prefix("conlock")
+                .unwrap_or_else(|| panic!("{name}(1)"));
+            if let Some(sub) = sub.strip_prefix('-') {
+                assert!(SUBS.contains(&sub), "{name}(1) has no page");
+            } else {
+                assert_eq!(sub, "", "{name}(1)");
+            }
+        }
+        let help = Command::new(BIN).args(sub).arg("--help").output().unwrap();
+        for text in [plain, String::from_utf8_lossy(&help.stdout).into_owned()] {
+            for (i, _) in text.match_indices("docs/") {
+                assert!(
+                    text[..i].ends_with("/usr/share/doc/conlock/"),
+                    "{sub:?}: a path of the source tree: {}",
+                    &text[i.saturating_sub(40)..(i + 30).min(text.len())]
+                );
+            }
+        }
+    }
+    // No page for the subcommands that have none (the top page lists them as usage).
+    let top = page(None);
+    for missing in [
+        "conlock\\-completions(1)",
+        "conlock\\-man(1)",
+        "conlock\\-help(1)",
+    ] {
+        assert!(!top.contains(missing), "{missing}");
+    }
+}
+
 /// Usage errors say what was probably meant and point at the subcommand's help; a bare
 /// `conlock` prints the help.
 #[test]
@@ -830,6 +1006,85 @@ fn usage_errors_show_the_fix() {
         err.starts_with("Run a command while holding") && err.contains("Usage: conlock"),
         "{err}"
     );
+}
+
+/// fish completion (the script `conlock completions fish` prints, run by fish itself):
+/// the command after `--`, subcommand names after `man`, no file names for durations.
+#[test]
+#[ignore = "needs fish (apt-get install fish): cargo test --test it -- --ignored edges::fish_"]
+fn fish_completes_the_command_after_dashes() {
+    let dir = scratch("fish-completion");
+    let script = dir.join("conlock.fish");
+    let out = Command::new(BIN)
+        .args(["completions", "fish"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, &out.stdout).unwrap();
+    std::fs::write(dir.join("5s-file"), "").unwrap();
+    // fish runs `conlock` from PATH for nothing here, but resolves the command after `--`.
+    let complete = |line: &str| -> String {
+        let out = Command::new("fish")
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env("XDG_CONFIG_HOME", dir.join("config"))
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; complete -C '{line}'",
+                script.display()
+            ))
+            .output()
+            .expect("fish runs (apt-get install fish)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect()
+    };
+    for line in ["conlock run --key k -- ech", "conlock watch --key k -- ech"] {
+        let got = first(&complete(line));
+        assert!(got.iter().any(|w| w == "echo"), "{line}: {got:?}");
+        assert!(
+            !got.iter().any(|w| w.starts_with("--key")),
+            "{line}: {got:?}"
+        );
+    }
+    // Options after `--` are the command's, not conlock's.
+    let got = first(&complete("conlock run --key k -- sh --ver"));
+    assert!(!got.iter().any(|w| w == "--verbose"), "{got:?}");
+    let man = first(&complete("conlock man "));
+    for sub in ["run", "sem", "status", "watch", "break", "dev-server"] {
+        assert!(man.iter().any(|l| l == sub), "{sub} in {man:?}");
+    }
+    assert!(!man.iter().any(|l| l == "5s-file"), "{man:?}");
+    let duration = complete("conlock run --timeout 5");
+    assert!(!duration.contains("5s-file"), "{duration:?}");
+}
+
+/// What the fish test checks with fish, in the script itself (for machines without it).
+#[test]
+fn fish_script_completes_after_dashes_and_man_names() {
+    let out = Command::new(BIN)
+        .args(["completions", "fish"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8(out.stdout).unwrap();
+    assert!(script.contains("function __fish_conlock_command_after_dashes"));
+    // Every generated completion is off after `--`.
+    for line in script
+        .lines()
+        .filter(|l| l.starts_with("complete -c conlock -n \""))
+    {
+        assert!(
+            line.starts_with("complete -c conlock -n \"not __fish_conlock_after_dashes; and "),
+            "{line}"
+        );
+    }
+    assert!(script.contains(
+        "__fish_conlock_using_subcommand man; and not __fish_seen_subcommand_from run sem status watch break dev-server\" -f -a \"run sem status watch break dev-server\""
+    ));
 }
 
 /// bash completion (the script `conlock completions bash` prints, run by bash itself):

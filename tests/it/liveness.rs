@@ -59,16 +59,21 @@ int main(int argc, char **argv) {
 
 /// Builds the worker in `dir`.
 fn worker(dir: &Path) -> PathBuf {
-    let src = dir.join("worker.c");
-    let bin = dir.join("worker");
-    std::fs::write(&src, WORKER_C).unwrap();
+    build_c(dir, "worker", WORKER_C)
+}
+
+/// Builds the C program `source` as `dir/name`.
+fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source).unwrap();
     let cc = Command::new("cc")
         .args(["-pthread", "-o"])
         .arg(&bin)
         .arg(&src)
         .status()
-        .expect("these tests need a C compiler (cc) to build their worker");
-    assert!(cc.success(), "cc failed on the worker: {cc}");
+        .expect("these tests need a C compiler (cc) to build their helper programs");
+    assert!(cc.success(), "cc failed on {name}: {cc}");
     bin
 }
 
@@ -378,16 +383,7 @@ fn a_survivor_outlives_nothing(tag: &str, source: &str, args: &str) {
     let server = start_server();
     let dir = scratch(tag);
     let log = dir.join("log");
-    let src = dir.join(format!("{tag}.c"));
-    let bin = dir.join(tag);
-    std::fs::write(&src, source).unwrap();
-    let cc = Command::new("cc")
-        .args(["-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("these tests need a C compiler (cc)");
-    assert!(cc.success(), "cc failed: {cc}");
+    let bin = build_c(&dir, tag, source);
     let until = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -449,4 +445,59 @@ fn a_process_that_execs_from_a_thread_is_not_taken_for_dead() {
 #[test]
 fn a_process_that_toggles_its_group_is_not_taken_for_gone() {
     a_survivor_outlives_nothing("toggle", TOGGLE_C, "");
+}
+
+/// Writes `TERM` to `argv[1]` at once on every SIGTERM (no shell in between to merge two
+/// deliveries), creates `argv[2]` when ready, and waits for signals.
+const COUNT_TERM_C: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+static int fd;
+static void on_term(int sig) { (void)sig; write(fd, "TERM\n", 5); }
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    fd = open(argv[1], O_WRONLY | O_CREAT | O_APPEND, 0644);
+    signal(SIGTERM, on_term);
+    close(open(argv[2], O_WRONLY | O_CREAT, 0644));
+    for (;;) pause();
+}
+"#;
+
+/// A background process of the command, re-parented to conlock when the command exits,
+/// gets the stop signal once: through its group, not a second time as a child of
+/// conlock's (a second TERM or INT cuts short what a command does on the first). It then
+/// gets SIGKILL after the grace.
+#[test]
+fn a_leftover_in_the_group_gets_the_stop_signal_once() {
+    let server = start_server();
+    let dir = scratch("signal-once");
+    let bin = build_c(&dir, "countterm", COUNT_TERM_C);
+    let (log, ready) = (dir.join("log"), dir.join("ready"));
+    let out = conlock(&server)
+        .args([
+            "run",
+            "--key",
+            "once/k",
+            "--kill-grace",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "{bin} {log} {ready} & while [ ! -e {ready} ]; do sleep 0.01; done; exit 0",
+            bin = bin.display(),
+            log = log.display(),
+            ready = ready.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read(&log).lines().count(), 1, "log: {:?}", read(&log));
 }

@@ -342,6 +342,39 @@ fn held_since_is_when_holding_began_not_when_waiting_began() {
     wait_exit(&mut b, LONG);
 }
 
+/// status --json: every duration in nanoseconds; with --value nothing records when
+/// holding began (Consul keeps no times), so held_since is null and the text says unknown.
+#[test]
+fn status_durations_in_ns_and_held_since_with_a_value_of_ones_own() {
+    let server = start_server();
+    let mut a = start_holder(
+        &server,
+        "own",
+        &["--value", "mine", "--ttl", "20s", "--lock-delay", "7s"],
+        "exec sleep 60",
+    );
+    let out = conlock(&server)
+        .args(["status", "--key", "own", "--json"])
+        .assert()
+        .code(0);
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    crate::schema::assert_status_valid(&j);
+    let h = &j["holder"];
+    assert_eq!(h["value"], "mine", "{j}");
+    assert_eq!(h["held_since"], serde_json::Value::Null, "{j}");
+    assert_eq!(h["ttl_ns"], 20_000_000_000u64, "{j}");
+    assert_eq!(h["lock_delay_ns"], 7_000_000_000u64, "{j}");
+    conlock(&server)
+        .args(["status", "--key", "own"])
+        .assert()
+        .code(0)
+        .stdout(contains(
+            "held since:    unknown (the holder stores its own value)",
+        ));
+    signal(a.id(), libc::SIGTERM);
+    wait_exit(&mut a, LONG);
+}
+
 /// A stdout whose reader is gone before conlock writes (as `| head -1` or `| true` may be).
 fn closed_pipe() -> Stdio {
     use std::os::fd::{FromRawFd, OwnedFd};

@@ -149,6 +149,8 @@ fn events(path: &Path, kind: &str, target: &str) -> Vec<Value> {
                 ",\"kind\":",
                 ",\"target\":",
                 ",\"pid\":",
+                ",\"host\":",
+                ",\"command\":",
             ]
             .iter()
             .map(|k| l.find(k).unwrap_or_else(|| panic!("no {k} in {l}")))
@@ -178,16 +180,20 @@ fn names(evs: &[Value]) -> Vec<&str> {
 fn schema_check_rejects_what_it_should() {
     let s = schema();
     let ok = serde_json::json!({"time": "2026-11-22T05:00:00.000Z", "event": "lost",
-        "kind": "lock", "target": "k", "pid": 7, "reason": "gone"});
+        "kind": "lock", "target": "k", "pid": 7, "host": "h", "command": "job",
+        "reason": "gone"});
     assert_eq!(check(&ok, &s), Ok(()));
     let mut extra = ok.clone();
     extra["surprise"] = 1.into();
     assert!(check(&extra, &s).is_err());
-    let mut missing = ok.clone();
-    missing.as_object_mut().unwrap().remove("reason");
-    assert!(check(&missing, &s).is_err());
+    for field in ["reason", "host", "command"] {
+        let mut missing = ok.clone();
+        missing.as_object_mut().unwrap().remove(field);
+        assert!(check(&missing, &s).is_err(), "without {field}");
+    }
     let mut bad_how = serde_json::json!({"time": "2026-11-22T05:00:00.000Z", "event": "exit",
-        "kind": "lock", "target": "k", "pid": 7, "code": 0, "how": "exited"});
+        "kind": "lock", "target": "k", "pid": 7, "host": "h", "command": "job", "code": 0,
+        "how": "exited", "ran_ms": 5});
     assert_eq!(check(&bad_how, &s), Ok(()));
     bad_how["how"] = "vanished".into();
     assert!(check(&bad_how, &s).is_err());
@@ -215,6 +221,16 @@ fn events_acquire_release_exit() {
     assert_eq!(evs[0]["session"], evs[1]["session"]);
     assert_eq!(evs[2]["code"], 7);
     assert_eq!(evs[2]["how"], "exited");
+    // Who ran what, in every line; how long the command ran, in `exit`.
+    let host = conlock::app::hostname();
+    for e in &evs {
+        assert_eq!(e["host"], host.as_str(), "{e}");
+        assert_eq!(
+            e["command"], "sh -c echo \"$CONLOCK_MODIFY_INDEX\"; exit 7",
+            "{e}"
+        );
+    }
+    assert!(evs[2]["ran_ms"].as_u64().is_some(), "{}", evs[2]);
     // The file is appended to: a second run adds its own lines.
     conlock(&server)
         .args(["run", "--key", "ev/ok", "--events"])
@@ -250,6 +266,8 @@ fn events_busy() {
     );
     assert_eq!(evs[1]["code"], 75);
     assert_eq!(evs[1]["how"], "busy");
+    // The command never started.
+    assert_eq!(evs[1]["ran_ms"], Value::Null, "{}", evs[1]);
     drop(holder);
 }
 
@@ -573,8 +591,9 @@ fn waiter_sleeps_through_a_known_lock_delay() {
     );
     assert!(during <= 5, "{during} requests during a 6 s lock-delay");
     // The refused acquire and the look that finds no holder; after the delay a read (is
-    // it still free, and a lock?), the acquire, its read-back and one renewal.
-    assert!(to_start <= 6, "{to_start} requests until the child ran");
+    // it still free, and a lock?), the acquire, its read-back and one renewal; and the
+    // monitor's first query, 50 ms after the spawn, when this count is read after it.
+    assert!(to_start <= 7, "{to_start} requests until the child ran");
     assert!(
         late_ms <= 500.0,
         "child started {late_ms} ms after the lock-delay"

@@ -427,6 +427,16 @@ fn a_session_lost_right_after_entering_gets_a_new_one() {
 #[test]
 fn a_lock_check_and_set_refused_for_nothing_ends_with_125() {
     let server = start_server();
+    // `.lock` exists (a check-and-set at index 0 found it missing again would be a
+    // creation and deletion meanwhile, which `consul lock -n` does; see below).
+    let put = PutOptions {
+        flags: SEMAPHORE_FLAGS,
+        cas: Some(0),
+        ..Default::default()
+    };
+    assert!(client(&server)
+        .kv_put("casnever/.lock", br#"{"Limit":2,"Holders":{}}"#, put)
+        .unwrap());
     let relay = inspecting_relay_with(server.addr(), |chunk| {
         let text = String::from_utf8_lossy(chunk);
         if text.starts_with("PUT /v1/kv/casnever/.lock?") {
@@ -519,5 +529,39 @@ fn a_contender_key_deleted_before_the_rewrite_runs_nothing_under_that_session() 
         Some(ran_as),
         first,
         "ran under the session whose key was deleted: {stderr}"
+    );
+}
+
+/// An agent that refuses every creation of `.lock` (a check-and-set at index 0) though it
+/// stays missing: that is also what a `consul lock -n` holder that creates `.lock` and
+/// deletes it on leaving looks like, so it is no puzzle (it ended in 125, a legitimate
+/// race). The waiter pauses between tries and gives up at `--timeout` as busy.
+#[test]
+fn a_lock_created_and_deleted_meanwhile_is_no_puzzle_and_no_spin() {
+    let server = start_server();
+    let (relay, requests) = rewriting_relay(server.addr(), &[("&cas=0 ", "&cas=9 ")]);
+    let started = std::time::Instant::now();
+    let out = conlock_at(relay)
+        .args([
+            "sem",
+            "--limit",
+            "1",
+            "--prefix",
+            "casgone",
+            "--timeout",
+            "3s",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(!stderr.contains("twice in a row"), "{stderr}");
+    let sent = requests.load(std::sync::atomic::Ordering::SeqCst);
+    let secs = started.elapsed().as_secs_f64();
+    // About two requests per 200 ms pause, plus the session's; far from a spin.
+    assert!(
+        (sent as f64) < 10.0 + 15.0 * secs,
+        "{sent} requests in {secs:.1} s: {stderr}"
     );
 }

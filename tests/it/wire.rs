@@ -3,8 +3,7 @@
 //! holders written the way `consul lock` writes them exclude conlock.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use conlock::consul::{PutOptions, QueryOptions, SessionRequest, LOCK_FLAGS, SEMAPHORE_FLAGS};
@@ -268,19 +267,36 @@ fn consul_lock_n_holders_exclude_conlock_sem() {
     assert_eq!(v["Holders"].as_object().unwrap().len(), 2, "{v}");
 }
 
-/// An agent that stores other flags than it was sent (as Consul before 1.7 did with
-/// 64-bit flags in a `/v1/txn` body, recorded in 12-txn): the flags conlock sends are
-/// rounded the same way, in the query string and in any JSON body.
-fn rounding_agent(
-    server: &conlock::devserver::DevServer,
-) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    rewriting_relay(
+/// Runs `args -- true` through an agent that stores other flags than it was sent (as
+/// Consul before 1.7 did with 64-bit flags in a `/v1/txn` body, recorded in 12-txn: the
+/// flags conlock sends are rounded the same way, in the query string and in any JSON
+/// body). It must end with 125, within `most` requests, naming both flags.
+fn on_a_rounding_agent(args: &[&str], most: usize, stored: &str, expected: &str) -> String {
+    let server = start_server();
+    let (addr, requests) = rewriting_relay(
         server.addr(),
         &[
             ("3304740253564472344", "3304740253564472320"),
             ("16210313421097356768", "16210313421097357312"),
         ],
-    )
+    );
+    let mut cmd = conlock_at(addr);
+    cmd.args(args).args(["--timeout", "20s", "--", "true"]);
+    let out = assert_cmd::Command::from_std(cmd)
+        .timeout(LONG)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    let sent = requests.load(Ordering::SeqCst);
+    assert!(
+        sent <= most,
+        "{sent} requests before giving up; stderr: {stderr}"
+    );
+    // What Consul answered, and what was expected.
+    assert!(stderr.contains(stored), "{stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+    stderr
 }
 
 /// A semaphore on such an agent never finds its own contender key: it must give up with
@@ -288,64 +304,24 @@ fn rounding_agent(
 /// rewrote the key in a loop with no pause: 7,170 raft writes in 2 s on a real agent).
 #[test]
 fn a_semaphore_on_an_agent_that_changes_flags_ends_with_125_without_hammering() {
-    let server = start_server();
-    let (addr, requests) = rounding_agent(&server);
-    let mut cmd = conlock_at(addr);
-    cmd.args([
-        "sem",
-        "--limit",
-        "2",
-        "--prefix",
-        "rounds/sem",
-        "--timeout",
-        "20s",
-    ])
-    .args(["--", "true"]);
-    let out = assert_cmd::Command::from_std(cmd)
-        .timeout(LONG)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
-    let sent = requests.load(Ordering::SeqCst);
-    assert!(
-        sent <= 12,
-        "{sent} requests before giving up; stderr: {stderr}"
+    let stderr = on_a_rounding_agent(
+        &["sem", "--limit", "2", "--prefix", "rounds/sem"],
+        12,
+        "0xe0f69a2baa415000",
+        "0xe0f69a2baa414de0",
     );
-    // What Consul answered, and what was expected.
-    assert!(stderr.contains("0xe0f69a2baa415000"), "{stderr}");
-    assert!(stderr.contains("0xe0f69a2baa414de0"), "{stderr}");
     assert!(stderr.contains("twice in a row"), "{stderr}");
 }
 
 /// A lock on such an agent: exit 125 naming the flags found and expected, no loop.
 #[test]
 fn a_lock_on_an_agent_that_changes_flags_ends_with_125_without_hammering() {
-    let server = start_server();
-    let (addr, requests) = rounding_agent(&server);
-    let mut cmd = conlock_at(addr);
-    cmd.args([
-        "run",
-        "--key",
-        "rounds/lock",
-        "--timeout",
-        "20s",
-        "--",
-        "true",
-    ]);
-    let out = assert_cmd::Command::from_std(cmd)
-        .timeout(LONG)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
-    let sent = requests.load(Ordering::SeqCst);
-    assert!(
-        sent <= 10,
-        "{sent} requests before giving up; stderr: {stderr}"
+    on_a_rounding_agent(
+        &["run", "--key", "rounds/lock"],
+        10,
+        "0x2ddccbc058a50c00",
+        "0x2ddccbc058a50c18",
     );
-    assert!(stderr.contains("0x2ddccbc058a50c00"), "{stderr}");
-    assert!(stderr.contains("0x2ddccbc058a50c18"), "{stderr}");
 }
 
 /// The one Consul error text conlock branches on ("invalid session", to replace a
