@@ -99,35 +99,17 @@ fn headless_worker_keeps_the_lock(tag: &str, start: &str) {
         wait_for(LONG, || read(&log).contains("H worker")),
         "the worker never ran"
     );
-    let mut b = KillOnDrop(
-        conlock(&server)
-            .args(["run", "--key", &key, "--", "sh", "-c"])
-            .arg(logged_job(&log, "true"))
-            .spawn()
-            .unwrap(),
-    );
-    let a_status = wait_exit(&mut a.0, LONG);
-    assert!(wait_exit(&mut b.0, LONG).success());
+    let a_status = next_holder_runs(&server, &key, &log, &mut a);
     // The worker is gone by now (its TERM, or its own end after about 6 s).
     assert!(
         wait_for(LONG, || read(&log).contains("E worker")),
         "the worker never ended"
     );
     let text = read(&log);
-    let stamp = |l: &str| -> u128 { l.split_whitespace().nth(2).unwrap().parse().unwrap() };
-    let b_start = text
-        .lines()
-        .find(|l| l.starts_with("S ") && !l.contains("worker"))
-        .map(stamp)
-        .unwrap_or_else(|| panic!("holder B never ran:\n{text}"));
-    let late: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains(" worker ") && stamp(l) >= b_start)
-        .collect();
-    assert!(
-        late.is_empty(),
-        "the worker wrote {} lines after the next holder started (holder A: {a_status})",
-        late.len()
+    let late = lines_after_the_next_start(&text, "worker");
+    assert_eq!(
+        late, 0,
+        "the worker wrote {late} lines after the next holder started (holder A: {a_status})"
     );
     let iv = intervals(&text);
     assert_eq!(iv.len(), 2, "log:\n{text}");
@@ -404,30 +386,46 @@ fn a_survivor_outlives_nothing(tag: &str, source: &str, args: &str) {
         wait_for(LONG, || read(&log).contains(&format!("H {tag}"))),
         "{tag} never ran"
     );
+    let a_status = next_holder_runs(&server, &key, &log, &mut a);
+    let late = lines_after_the_next_start(&read(&log), tag);
+    assert_eq!(
+        late, 0,
+        "{tag} wrote {late} lines after the next holder started (holder A: {a_status})"
+    );
+}
+
+/// Holder B waits for `key` and runs a logged job (`S`/`E` lines in `log`); returns how
+/// holder A ended.
+fn next_holder_runs(
+    server: &conlock::devserver::DevServer,
+    key: &str,
+    log: &Path,
+    a: &mut KillOnDrop,
+) -> std::process::ExitStatus {
     let mut b = KillOnDrop(
-        conlock(&server)
-            .args(["run", "--key", &key, "--", "sh", "-c"])
-            .arg(logged_job(&log, "true"))
+        conlock(server)
+            .args(["run", "--key", key, "--", "sh", "-c"])
+            .arg(logged_job(log, "true"))
             .spawn()
             .unwrap(),
     );
     let a_status = wait_exit(&mut a.0, LONG);
     assert!(wait_exit(&mut b.0, LONG).success());
-    let text = read(&log);
+    a_status
+}
+
+/// How many `H <name> <ns>` lines (or any line of `name`'s) come at or after holder B's
+/// `S` line.
+fn lines_after_the_next_start(text: &str, name: &str) -> usize {
     let stamp = |l: &str| -> u128 { l.split_whitespace().nth(2).unwrap().parse().unwrap() };
     let b_start = text
         .lines()
-        .find(|l| l.starts_with("S "))
+        .find(|l| l.starts_with("S ") && !l.contains(&format!(" {name} ")))
         .map(stamp)
         .unwrap_or_else(|| panic!("holder B never ran:\n{text}"));
-    let late = text
-        .lines()
-        .filter(|l| l.starts_with(&format!("H {tag} ")) && stamp(l) >= b_start)
-        .count();
-    assert_eq!(
-        late, 0,
-        "{tag} wrote {late} lines after the next holder started (holder A: {a_status})"
-    );
+    text.lines()
+        .filter(|l| l.contains(&format!(" {name} ")) && stamp(l) >= b_start)
+        .count()
 }
 
 /// State and thread count were read from two files: a thread's exec in between showed the
