@@ -87,6 +87,14 @@ impl EtcdClient {
         &self.cfg
     }
 
+    /// The auth token in use, if any (for diagnostics).
+    pub fn auth_token(&self) -> Option<String> {
+        let held = self.token.lock().unwrap_or_else(|p| p.into_inner());
+        held.as_ref()
+            .map(|(_, t)| t.clone())
+            .filter(|t| !t.is_empty())
+    }
+
     /// The endpoint requests go to first (the one that answered last).
     pub fn current_endpoint(&self) -> &str {
         let i = self.preferred.load(Ordering::Relaxed) % self.cfg.endpoints.len();

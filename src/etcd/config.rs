@@ -163,7 +163,7 @@ impl EtcdConfig {
     pub fn user_hint(&self) -> String {
         match &self.user {
             Some(u) => format!(
-                "check the user {:?} (from {}) and its password (from {})",
+                "check the user {:?} (from {}) and its password (from {}): ETCDCTL_USER/--user (name or name:password), ETCDCTL_PASSWORD/--password",
                 u.name, u.origin, u.password_origin
             ),
             None => "no user was given: set ETCDCTL_USER or --user (name or name:password)".into(),
