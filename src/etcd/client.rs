@@ -21,6 +21,11 @@ const MAX_FRAME_BYTES: u64 = 64 << 20;
 /// since a keepalive through a follower can hang 7 s during a failover.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A client of one etcd cluster. Each request goes to the endpoint that answered last;
+/// no connection, a timeout or an "unavailable" answer (no leader) moves it on to the
+/// next endpoint, once around the list. A write that timed out may still have been
+/// applied, so a retried put or txn must be safe to repeat (the lock code's txns compare
+/// create revisions, so they are).
 #[derive(Debug, Clone)]
 pub struct EtcdClient {
     agent: ureq::Agent,

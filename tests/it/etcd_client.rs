@@ -474,3 +474,50 @@ fn auth_token_and_wrong_password() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn tls_endpoint_with_and_without_verification() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let opts = EtcdOptions {
+        tls: Some((dir.join("server.pem"), dir.join("server.key"))),
+        ..Default::default()
+    };
+    let Some(etcd) = Etcd::start("tls", &opts) else {
+        return;
+    };
+    let ep = etcd.endpoint();
+    assert!(ep.starts_with("https://"), "{ep}");
+    let client = |vars: Vec<(&'static str, String)>| {
+        let flags = EtcdFlags {
+            endpoints: Some(ep.clone()),
+            ..Default::default()
+        };
+        let cfg = EtcdConfig::resolve(&flags, &move |k| {
+            vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        let mut c = EtcdClient::new(cfg).unwrap();
+        c.request_timeout = T;
+        c
+    };
+    let ca = dir.join("ca.pem").display().to_string();
+    // The test certificate names consul.test, not 127.0.0.1: verification fails and
+    // the message names where the CA came from.
+    let strict = client(vec![("ETCDCTL_CACERT", ca.clone())]);
+    match strict.range(&RangeRequest::key("tls/a")) {
+        Err(e @ EtcdError::Unreachable { .. }) => {
+            assert!(e.to_string().contains("ETCDCTL_CACERT"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let lax = client(vec![
+        ("ETCDCTL_CACERT", ca),
+        ("ETCDCTL_INSECURE_SKIP_TLS_VERIFY", "true".into()),
+    ]);
+    put(&lax, "tls/a", "1");
+    assert_eq!(lax.range(&RangeRequest::key("tls/a")).unwrap().kvs.len(), 1);
+    // Plain HTTP to the TLS port: etcd resets the connection.
+    let plain = client_for(&ep.replace("https://", "http://"), T);
+    let e = plain.range(&RangeRequest::key("tls/a")).unwrap_err();
+    assert!(matches!(e, EtcdError::Unreachable { .. }), "{e:?}");
+}

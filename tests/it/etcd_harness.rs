@@ -115,6 +115,8 @@ pub struct EtcdOptions {
     pub heartbeat_ms: Option<u32>,
     /// `--election-timeout` in ms (etcd's default 1000).
     pub election_ms: Option<u32>,
+    /// Serve clients over TLS with this certificate and key (PEM files).
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub extra_args: Vec<String>,
 }
 
@@ -124,6 +126,7 @@ impl EtcdOptions {
         EtcdOptions {
             heartbeat_ms: Some(50),
             election_ms: Some(500),
+            tls: None,
             extra_args: Vec::new(),
         }
     }
@@ -170,6 +173,8 @@ pub struct Etcd {
     pub name: String,
     pub client_port: u16,
     pub peer_port: u16,
+    /// `http` or `https`.
+    scheme: &'static str,
     /// The command line, for restarts (the --initial-* flags are ignored then).
     args: Vec<String>,
     /// Holds the data dir and the log.
@@ -252,7 +257,8 @@ impl Etcd {
         base: &Path,
         owns_base: bool,
     ) -> Etcd {
-        let curl = format!("http://127.0.0.1:{client}");
+        let scheme = if opts.tls.is_some() { "https" } else { "http" };
+        let curl = format!("{scheme}://127.0.0.1:{client}");
         let purl = format!("http://127.0.0.1:{peer}");
         let mut args: Vec<String> = vec![
             "--name".into(),
@@ -277,6 +283,10 @@ impl Etcd {
             "--logger=zap".into(),
             "--log-outputs=stderr".into(),
         ];
+        if let Some((cert, key)) = &opts.tls {
+            args.push(format!("--cert-file={}", cert.display()));
+            args.push(format!("--key-file={}", key.display()));
+        }
         if let Some(h) = opts.heartbeat_ms {
             args.push(format!("--heartbeat-interval={h}"));
         }
@@ -289,6 +299,7 @@ impl Etcd {
             name: name.into(),
             client_port: client,
             peer_port: peer,
+            scheme,
             args,
             base: base.to_path_buf(),
             child: None,
@@ -337,9 +348,9 @@ impl Etcd {
         self.child = Some(child);
     }
 
-    /// `http://127.0.0.1:<client port>`.
+    /// `http://127.0.0.1:<client port>` (https with [`EtcdOptions::tls`]).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -442,9 +453,15 @@ pub fn client_for(endpoints: &str, timeout: Duration) -> EtcdClient {
     c
 }
 
-/// A plain GET (for /health), or `None` without a 200 answer.
+/// A plain GET (for /health), or `None` without a 200 answer. TLS without verification:
+/// the test certificates name another host.
 pub fn get(base: &str, path: &str) -> Option<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .disable_verification(true)
+                .build(),
+        )
         .proxy(None)
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(2)))
