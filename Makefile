@@ -94,8 +94,9 @@ demo: build
 ## integration tests (also against the release build), install layout, the Debian
 ## package's contents and the systemd units. The full test run comes last, then the list
 ## of the tests that did not run, with why (scripts/test-summary.py): those that skipped
-## at run time (root-only tests as another user; each adds a line to SKIP_LOG) and the
-## #[ignore]d ones. With CI=true (CI runs as root) a run-time skip fails the run.
+## at run time (root-only tests as another user, etcd tests without etcd; each adds a
+## line to SKIP_LOG) and the #[ignore]d ones. With CI=true (CI runs as root and .ci/run
+## installs etcd) a run-time skip fails the run.
 test: fmt-check lint layers-check completions-check selfcontained-check musl-check
 	@mkdir -p $(TARGET_DIR) && : > $(SKIP_LOG)
 	CONLOCK_SKIP_LOG=$(SKIP_LOG) $(MAKE) --no-print-directory units-check install-check \

@@ -25,6 +25,7 @@ RANK = {
     "hold": 3,
     "claim": 2,
     "consul": 1,
+    "etcd": 1,  # the second store client, beside consul (neither uses the other)
     "devserver": 1,
     "error": 1.5,  # wraps consul's error type; everything above consul may use it
     "events": 0.2,

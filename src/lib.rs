@@ -3,7 +3,8 @@
 //! Layers, each using only those below it (`scripts/check-layers.py` enforces it):
 //! `cli` (clap) → `app` (validation and wiring) → `ops` (status, watch, break) and
 //! `hold` (session, supervision, guardian: the life cycle of a held claim) → `claim`
-//! (lock, semaphore, waiting, describing holders) → `consul` (client, wire types).
+//! (lock, semaphore, waiting, describing holders) → `consul` (client, wire types);
+//! `etcd` (the etcd v3 client) stands beside `consul` in the same layer.
 //! `devserver` stands apart; `ui`, `events`, `error`, `clock`, `duration`, `gostd` and
 //! `readfile` are leaves. See docs/architecture.md.
 
@@ -15,6 +16,7 @@ pub mod consul;
 pub mod devserver;
 pub mod duration;
 pub mod error;
+pub mod etcd;
 pub mod events;
 pub mod gostd;
 pub mod hold;

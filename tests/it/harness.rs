@@ -131,8 +131,9 @@ pub fn is_root() -> bool {
 /// shows only with --nocapture) and, where `CONLOCK_SKIP_LOG` names a file (`make test`
 /// sets it), as a line `name<TAB>why` appended to that file, which `make test` lists at
 /// its end. The name is that of the test's thread, which the test runner names after the
-/// test (`process::some_test`). Only root-only tests may skip at run time: CI runs as
-/// root, and there (CI=true) `make test` fails on any such skip.
+/// test (`process::some_test`). Only root-only tests and the etcd tests where etcd is
+/// not installed may skip at run time: CI runs as root with etcd installed (`.ci/run`),
+/// and there (CI=true) `make test` fails on any such skip.
 pub fn skip(why: &str) {
     use std::io::Write;
     let thread = std::thread::current();

@@ -6,6 +6,8 @@ mod common;
 mod devserver;
 mod devserver_faults;
 mod edges;
+mod etcd_client;
+mod etcd_harness;
 mod faults;
 mod guardian;
 mod harness;
