@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Checks the layering of src/ (docs/architecture.md): no dependency cycle among the
-top-level modules, clap only in cli and app, the declared layers respected, and no
-dependency cycle among the files of one folder (src/hold/, src/claim/, ...).
+top-level modules, clap only in cli and app, the declared layers respected, the store
+seam (only claim, app and error name consul or etcd), and no dependency cycle among the
+files of one folder (src/hold/, src/claim/, ...).
 
-A dependency is any `crate::<module>` path outside comments and `#[cfg(test)]` blocks
-(unit tests may reach anywhere). Inside a folder, a file depends on a sibling it names
+A dependency is any `crate::<module>` path (`crate::{a, b::c}` included) outside
+comments and `#[cfg(test)]` blocks (unit tests may reach anywhere). Inside a folder, a file depends on a sibling it names
 as `super::<file>` or `crate::<folder>::<file>`, and on the folder's mod.rs when it
 uses anything else of `super::` (mod.rs declares the files, so that is a cycle); mod.rs
 depends on the files whose `<file>::` paths it uses. Prints the graphs with -v. Exit 1
@@ -40,6 +41,12 @@ ALLOWED_SIDEWAYS = {("ops", "hold")}
 # cli is the top of the tree but app uses its types: the one upward edge by design.
 ALLOWED_UPWARD = {("app", "cli")}
 CLAP_USERS = {"cli", "app"}
+# The store seam: above the store clients only the claims (which implement the store
+# handle, `claim::Store`), app (which builds it from the flags) and error (which wraps
+# their errors) may name a store client or its wire types; hold and ops (the guardian
+# included) see only `claim::Store` and neutral data.
+BACKENDS = {"consul", "etcd"}
+BACKEND_USERS = {"claim", "app", "error"}
 
 
 def strip_tests(text: str) -> str:
@@ -173,6 +180,36 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def crate_names(text: str) -> set[str]:
+    """The top-level modules named by `crate::` paths, braces included:
+    `crate::{consul::Client, ui}` gives consul and ui."""
+    names = set()
+    for m in re.finditer(r"\bcrate::", text):
+        rest = text[m.end():]
+        if rest.startswith("{"):
+            depth, item = 0, ""
+            for ch in rest:
+                if ch == "{":
+                    depth += 1
+                    if depth == 1:
+                        continue
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        names.update(re.findall(r"^\s*([a-z_][a-z0-9_]*)", item))
+                        break
+                if depth == 1 and ch == ",":
+                    names.update(re.findall(r"^\s*([a-z_][a-z0-9_]*)", item))
+                    item = ""
+                else:
+                    item += ch
+        else:
+            n = re.match(r"([a-z_][a-z0-9_]*)", rest)
+            if n:
+                names.add(n.group(1))
+    return names
+
+
 def top_module(path: Path) -> str:
     rel = path.relative_to(SRC)
     return rel.parts[0].removesuffix(".rs")
@@ -182,13 +219,16 @@ def main() -> int:
     verbose = "-v" in sys.argv
     graph: dict[str, set[str]] = {}
     clap: dict[str, list[str]] = {}
+    backend_users: dict[tuple[str, str], list[str]] = {}
     for f in sorted(SRC.rglob("*.rs")):
         top = top_module(f)
         if top in ("lib", "main"):
             continue
         text = code_of(f)
-        deps = set(re.findall(r"\bcrate::([a-z_]+)", text)) - {top}
+        deps = crate_names(text) - {top}
         graph.setdefault(top, set()).update(deps)
+        for b in sorted(deps & BACKENDS):
+            backend_users.setdefault((top, b), []).append(str(f.relative_to(SRC.parent)))
         if re.search(r"\bclap(_complete|_mangen)?::", text) or "crate::cli" in text:
             clap.setdefault(top, []).append(str(f.relative_to(SRC.parent)))
     problems = []
@@ -198,6 +238,13 @@ def main() -> int:
     for top, files in clap.items():
         if top not in CLAP_USERS:
             problems.append(f"{top} uses clap or cli types ({', '.join(files)}): only cli and app may")
+    for (a, b), files in sorted(backend_users.items()):
+        if a not in BACKEND_USERS and a not in BACKENDS:
+            problems.append(
+                f"{a} uses {b} ({', '.join(files)}): above the store seam only"
+                f" {', '.join(sorted(BACKEND_USERS))} may name a store client or its wire"
+                " types; go through claim::Store and the claim layer's neutral data"
+            )
     for a, deps in graph.items():
         for b in deps:
             if a not in RANK or b not in RANK:
@@ -224,7 +271,8 @@ def main() -> int:
     if problems:
         return 1
     print(
-        f"layers: {len(graph)} top-level modules, dependencies point one way, no cycle;"
+        f"layers: {len(graph)} top-level modules, dependencies point one way, no cycle,"
+        f" store clients named only by {', '.join(sorted(BACKEND_USERS))};"
         f" no cycle among the files of {len(folders)} folders"
     )
     return 0

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::claim::lock::Lock;
 use crate::claim::semaphore::Semaphore;
-use crate::claim::{HolderValue, MonitorPolicy};
+use crate::claim::{HolderValue, MonitorPolicy, Store};
 use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs};
 use crate::consul::{Client, ConnConfig, ConnFlags, CONSUL_MAX_LOCK_DELAY};
 use crate::error::{Error, Result};
@@ -241,7 +241,7 @@ fn target(a: &TargetArgs) -> Result<ops::Target> {
 
 /// The validated parts of `run` and `sem` that do not depend on the claim.
 pub struct Prepared {
-    pub client: Client,
+    pub client: Store,
     pub spec: HoldSpec,
     pub value: HolderValue,
     /// `--events`, opened; installed once the target is known.
@@ -357,7 +357,8 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     })
 }
 
-pub fn client(conn: &ConnArgs) -> Result<Client> {
+/// The store the flags name (Consul today).
+pub fn client(conn: &ConnArgs) -> Result<Store> {
     let flags = ConnFlags {
         http_addr: conn.http_addr.clone(),
         token: conn.token.clone(),
@@ -371,7 +372,7 @@ pub fn client(conn: &ConnArgs) -> Result<Client> {
         tls_server_name: conn.tls_server_name.clone(),
     };
     let cfg = ConnConfig::from_env(&flags)?;
-    Ok(Client::new(cfg)?)
+    Ok(Store::Consul(Client::new(cfg)?))
 }
 
 /// Strips leading slashes as `consul lock` does; rejects keys that name nothing.

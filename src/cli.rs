@@ -50,6 +50,7 @@ The command gets (besides conlock's own environment):
   CONLOCK_KEY               the lock key (sem: this holder's contender key)
   CONLOCK_SESSION           the Consul session holding it
   CONLOCK_MODIFY_INDEX      the fencing token: grows strictly from holder to holder
+  CONLOCK_FENCING_TOKEN     the same value, under a name that does not name Consul
   CONLOCK_LOCK_INDEX        Consul's LockIndex (not a safe fencing token)
   CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit";
 

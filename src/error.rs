@@ -22,7 +22,7 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Consul(#[from] ConsulError),
+    Store(#[from] StoreError),
     /// The key exists but is not a lock/semaphore of ours, or its limit differs.
     #[error("{0}")]
     Conflict(String),
@@ -55,3 +55,49 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<ConsulError> for Error {
+    fn from(e: ConsulError) -> Error {
+        Error::Store(e.into())
+    }
+}
+
+/// A failure of the store (`crate::claim::store::Store`), as the layers above the claims
+/// see it: what they branch on, without the backend's wire types. Shown as the
+/// backend's own message.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Consul(#[from] ConsulError),
+}
+
+impl StoreError {
+    /// A failure that may pass: the network, a timeout, a server error that is not about
+    /// the request itself.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Consul(e) => e.is_retryable(),
+        }
+    }
+
+    /// The client's own deadline ended the request, not the store.
+    pub fn cut_short(&self) -> bool {
+        match self {
+            StoreError::Consul(e) => e.cut_short(),
+        }
+    }
+
+    /// The store answered with a server error (5xx: a leader election, for instance).
+    pub fn is_server_error(&self) -> bool {
+        match self {
+            StoreError::Consul(e) => matches!(e, ConsulError::Server { .. }),
+        }
+    }
+
+    /// The store says the session (etcd: the lease) does not exist (any more).
+    pub fn is_session_not_found(&self) -> bool {
+        match self {
+            StoreError::Consul(e) => e.is_invalid_session(),
+        }
+    }
+}

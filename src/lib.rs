@@ -3,8 +3,9 @@
 //! Layers, each using only those below it (`scripts/check-layers.py` enforces it):
 //! `cli` (clap) → `app` (validation and wiring) → `ops` (status, watch, break) and
 //! `hold` (session, supervision, guardian: the life cycle of a held claim) → `claim`
-//! (lock, semaphore, waiting, describing holders) → `consul` (client, wire types);
-//! `etcd` (the etcd v3 client) stands beside `consul` in the same layer.
+//! (the store seam `claim::Store`; lock, semaphore, waiting, describing holders) →
+//! `consul` (client, wire types); `etcd` (the etcd v3 client) stands beside `consul` in
+//! the same layer. Only `claim`, `app` and `error` name `consul` or `etcd`.
 //! `devserver` stands apart; `ui`, `events`, `error`, `clock`, `duration`, `gostd` and
 //! `readfile` are leaves. See docs/architecture.md.
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lockdelay::DelayTracker;
+use super::store::{Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay, Waited, WATCH_WAIT,
@@ -66,11 +67,11 @@ impl Lock {
             .filter(|p| p.holder() == Some(session_id))
             .map(|p| Held {
                 lock_index: p.lock_index,
-                modify_index: p.modify_index,
+                fencing_token: p.modify_index,
                 confirmed_at: sent,
             });
         if let Some(h) = &held {
-            self.held_at.store(h.modify_index, Ordering::SeqCst);
+            self.held_at.store(h.fencing_token, Ordering::SeqCst);
         }
         Ok(held)
     }
@@ -123,7 +124,7 @@ impl Lock {
                 self.held_at.store(p.modify_index, Ordering::SeqCst);
                 Ok(Take::Held(Held {
                     lock_index: p.lock_index,
-                    modify_index: p.modify_index,
+                    fencing_token: p.modify_index,
                     confirmed_at: sent,
                 }))
             }
@@ -166,11 +167,12 @@ impl Claim for Lock {
 
     fn acquire(
         &self,
-        client: &Client,
+        store: &Store,
         session: &dyn SessionHandle,
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
+        let client = store.consul();
         let mut index = 0;
         let mut delay = DelayTracker::default();
         let mut puzzles = claim::Puzzles::default();
@@ -285,17 +287,18 @@ impl Claim for Lock {
 
     fn monitor(
         &self,
-        client: Client,
+        store: Store,
         session_id: String,
         held: Held,
         policy: MonitorPolicy,
         lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
+        let client = store.consul();
         claim::watch_key(
-            &client,
+            client,
             &self.key,
-            held.modify_index,
+            held.fencing_token,
             policy,
             &*lost,
             &stop,
@@ -305,14 +308,16 @@ impl Claim for Lock {
 
     fn confirm(
         &self,
-        client: &Client,
+        store: &Store,
         session_id: &str,
-    ) -> std::result::Result<Option<String>, ConsulError> {
+    ) -> std::result::Result<Option<String>, StoreError> {
+        let client = store.consul();
         let (pair, _) = client.kv_get(&self.key, QueryOptions::consistent())?;
         Ok(self.lost_because(pair.as_ref(), session_id))
     }
 
-    fn release(&self, client: &Client, session_id: &str) -> bool {
+    fn release(&self, store: &Store, session_id: &str) -> bool {
+        let client = store.consul();
         // Retried through a leader election's 5xx answers, for 10 s in all.
         let mut r = claim::Releasing::new(client);
         // One request in the common case: the key is exactly as we last held it, so a

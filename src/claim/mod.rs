@@ -4,9 +4,11 @@
 
 mod build;
 pub mod describe;
+pub mod inspect;
 pub mod lock;
 pub mod lockdelay;
 pub mod semaphore;
+pub mod store;
 pub mod waiting;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +22,7 @@ use crate::consul::{next_index, Client, ConsulError, KvPair, QueryOptions};
 use crate::error::Result;
 use crate::ui;
 
+pub use store::{Store, StoreConfig, StoreError};
 pub use waiting::WaitDisplay;
 
 /// Blocking-query wait while waiting or watching; Consul caps waits at 10 minutes.
@@ -75,8 +78,9 @@ impl HolderValue {
 #[derive(Debug, Clone)]
 pub struct Held {
     pub lock_index: u64,
-    /// The key's ModifyIndex right after the acquisition: the fencing token.
-    pub modify_index: u64,
+    /// Grows strictly from holder to holder (Consul: the key's ModifyIndex right after
+    /// the acquisition).
+    pub fencing_token: u64,
     /// When the consistent read that showed us holding was sent: the first confirmation.
     pub confirmed_at: BootInstant,
 }
@@ -88,7 +92,7 @@ pub trait SessionHandle {
     /// Why the session is known to be gone, if it is.
     fn lost(&self) -> Option<String>;
     /// Replaces a lost session by a new one.
-    fn recreate(&self) -> std::result::Result<(), ConsulError>;
+    fn recreate(&self) -> std::result::Result<(), StoreError>;
     fn ttl(&self) -> Duration;
     /// The effective lock-delay (a semaphore holder's cushion).
     fn lock_delay(&self) -> Duration;
@@ -121,7 +125,7 @@ pub trait Claim: Send + Sync + 'static {
     /// Waits until held (`Some`) or until `deadline` (`None`: busy).
     fn acquire(
         &self,
-        client: &Client,
+        store: &Store,
         session: &dyn SessionHandle,
         deadline: Option<Instant>,
         wait: &WaitDisplay,
@@ -129,7 +133,7 @@ pub trait Claim: Send + Sync + 'static {
     /// Watches the claim until it is lost (calls `lost` with the reason) or `stop` is set.
     fn monitor(
         &self,
-        client: Client,
+        store: Store,
         session_id: String,
         held: Held,
         policy: MonitorPolicy,
@@ -140,12 +144,12 @@ pub trait Claim: Send + Sync + 'static {
     /// it is not (`Ok(Some(reason))`). Repeated while holding; see `Session::deadline`.
     fn confirm(
         &self,
-        client: &Client,
+        store: &Store,
         session_id: &str,
-    ) -> std::result::Result<Option<String>, ConsulError>;
+    ) -> std::result::Result<Option<String>, StoreError>;
     /// Gives the claim back and removes what is no longer needed. Best effort: false
     /// when Consul could not be told (then the session's end frees it).
-    fn release(&self, client: &Client, session_id: &str) -> bool;
+    fn release(&self, store: &Store, session_id: &str) -> bool;
     /// Whether the session must be renewed while waiting (a semaphore's contender key
     /// keeps its place in line; a lock waiter holds nothing).
     fn renew_while_waiting(&self) -> bool {
@@ -348,12 +352,7 @@ pub fn describe_pair(pair: Option<&KvPair>) -> String {
 
 /// Is this error Consul saying our session does not exist (any more)?
 pub fn is_invalid_session(e: &ConsulError) -> bool {
-    match e {
-        ConsulError::Server { body, .. } | ConsulError::Rejected { body, .. } => {
-            body.contains("invalid session") || body.contains("not found")
-        }
-        _ => false,
-    }
+    e.is_invalid_session()
 }
 
 /// Follows one key with consistent blocking queries until `lost` says why it is lost

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::store::{Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay, Waited, WATCH_WAIT,
@@ -316,11 +317,12 @@ impl Claim for Semaphore {
 
     fn acquire(
         &self,
-        client: &Client,
+        store: &Store,
         session: &dyn SessionHandle,
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Held>> {
+        let client = store.consul();
         let my_delay = session.lock_delay().as_millis() as u64;
         let mut cushions = Cushions::default();
         let mut puzzles = claim::Puzzles::default();
@@ -515,7 +517,7 @@ impl Claim for Semaphore {
                 // through). Only we write our key, so the token is unique.
                 return Ok(Some(Held {
                     lock_index: 1,
-                    modify_index: my_modified,
+                    fencing_token: my_modified,
                     confirmed_at: sent,
                 }));
             }
@@ -618,13 +620,14 @@ impl Claim for Semaphore {
 
     fn monitor(
         &self,
-        client: Client,
+        store: Store,
         session_id: String,
         held: Held,
         policy: MonitorPolicy,
         lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
+        let client = store.consul();
         // Two narrow watches instead of the whole prefix, so other contenders coming
         // and going do not wake holders.
         let my_key = self.contender_key(&session_id);
@@ -640,7 +643,7 @@ impl Claim for Semaphore {
             stop.clone(),
         );
         // From the index at which we took the slot: any change since wakes the watch.
-        let from = held.modify_index;
+        let from = held.fencing_token;
         let contender_watch = std::thread::Builder::new()
             .name("monitor".into())
             .spawn(move || {
@@ -659,9 +662,9 @@ impl Claim for Semaphore {
         // that drops us matters (not protected anyway: docs/safety.md), so a busy
         // semaphore does not make every holder read it after every change.
         claim::watch_key(
-            &client,
+            client,
             &lock_key,
-            held.modify_index,
+            held.fencing_token,
             MonitorPolicy {
                 min_gap: LOCK_WATCH_GAP,
                 ..policy
@@ -680,9 +683,10 @@ impl Claim for Semaphore {
 
     fn confirm(
         &self,
-        client: &Client,
+        store: &Store,
         session_id: &str,
-    ) -> std::result::Result<Option<String>, ConsulError> {
+    ) -> std::result::Result<Option<String>, StoreError> {
+        let client = store.consul();
         let (pair, _) =
             client.kv_get(&self.contender_key(session_id), QueryOptions::consistent())?;
         Ok(self.contender_lost(pair.as_ref(), session_id))
@@ -690,7 +694,8 @@ impl Claim for Semaphore {
 
     /// Removes only us: a vanished holder stays listed until a waiter's cushion for it
     /// has passed (its command may still run).
-    fn release(&self, client: &Client, session_id: &str) -> bool {
+    fn release(&self, store: &Store, session_id: &str) -> bool {
+        let client = store.consul();
         // Retried through a leader election's 5xx answers, for 10 s in all.
         let mut r = claim::Releasing::new(client);
         let lock_key = self.lock_key();

@@ -84,6 +84,16 @@ impl ConsulError {
 }
 
 impl ConsulError {
+    /// Consul saying the session does not exist (any more).
+    pub fn is_invalid_session(&self) -> bool {
+        match self {
+            ConsulError::Server { body, .. } | ConsulError::Rejected { body, .. } => {
+                body.contains("invalid session") || body.contains("not found")
+            }
+            _ => false,
+        }
+    }
+
     /// The client's deadline (`Client::with_deadline`) ended the request, not Consul.
     pub fn cut_short(&self) -> bool {
         matches!(

@@ -27,14 +27,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::procfs;
-use crate::claim::ClaimSpec;
+use crate::claim::{ClaimSpec, Store, StoreConfig};
 use crate::clock::BootInstant;
-use crate::consul::{Client, ConnConfig};
 use crate::ui;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Msg {
-    Conn(Box<ConnConfig>),
+    Conn(Box<StoreConfig>),
     /// The session ID and its TTL in milliseconds (for renewing it while survivors run).
     Session(String, u64),
     ProcessGroup(i32),
@@ -81,7 +80,7 @@ const COMMAND_GONE: u8 = 2;
 impl Guardian {
     /// Starts the guardian (or takes the one forked at start); `Err` says why that is
     /// impossible (the caller decides whether to run without it).
-    pub fn start(conn: &ConnConfig) -> std::result::Result<Arc<Guardian>, String> {
+    pub fn start(conn: &StoreConfig) -> std::result::Result<Arc<Guardian>, String> {
         let preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take();
         let pipe = match preforked {
             Some(Ok(pipe)) => pipe,
@@ -364,7 +363,7 @@ fn fork_guardian() -> std::result::Result<File, String> {
 /// What the guardian knows.
 #[derive(Default)]
 struct Known {
-    conn: Option<Box<ConnConfig>>,
+    conn: Option<Box<StoreConfig>>,
     session: Option<(String, Duration)>,
     pgid: Option<i32>,
     claim: Option<ClaimSpec>,
@@ -620,7 +619,7 @@ fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
     }
     // After the kill: it needs only what was read at once.
     known.decode();
-    let client = known.conn.clone().and_then(|c| Client::new(*c).ok());
+    let client = known.conn.clone().and_then(|c| Store::from_config(*c).ok());
     if let Some(p) = group {
         if !wait_group_gone(p, &known, client.as_ref(), out) {
             return 1;
@@ -641,7 +640,7 @@ fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
         ui::set_level(ui::Level::Silent);
         claim.release(&client, &session);
     }
-    if client.session_destroy(&session).is_ok() && known.pgid.is_some() {
+    if client.destroy_session(&session).is_ok() && known.pgid.is_some() {
         out.say(format!("released {what} and destroyed session {session}"));
     }
     0
@@ -653,7 +652,7 @@ const SURVIVOR_NOTICE: Duration = Duration::from_secs(1);
 /// Waits until group `p` is gone. While survivors run (SIGKILL cannot reach them, or has
 /// not yet), keeps the session alive so that no new holder starts beside them. False if
 /// the session was lost meanwhile (nothing left to give back).
-fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say) -> bool {
+fn wait_group_gone(p: i32, known: &Known, client: Option<&Store>, out: &mut Say) -> bool {
     let started = Instant::now();
     let mut surviving = false;
     let mut next_renew = started + SURVIVOR_NOTICE;
@@ -688,7 +687,7 @@ fn wait_group_gone(p: i32, known: &Known, client: Option<&Client>, out: &mut Say
         if let (Some(c), Some((id, ttl))) = (client, &known.session) {
             if surviving && Instant::now() >= next_renew {
                 let ttl = *ttl;
-                next_renew = match c.session_renew(id, (ttl / 3).min(Duration::from_secs(5))) {
+                next_renew = match c.renew_session(id, (ttl / 3).min(Duration::from_secs(5))) {
                     Ok(Some(_)) => Instant::now() + ttl / 3,
                     Ok(None) => {
                         out.say(format!(
@@ -888,7 +887,7 @@ mod tests {
         };
         let conn = crate::consul::ConnConfig::resolve(&flags, &|_| None).unwrap();
         let written = [
-            Msg::Conn(Box::new(conn)),
+            Msg::Conn(Box::new(crate::claim::StoreConfig::Consul(conn))),
             Msg::Session("s1".into(), 10_000),
             Msg::Claim(ClaimSpec::Semaphore {
                 prefix: "p".into(),

@@ -13,8 +13,7 @@ use super::guardian::Guardian;
 use super::session::Session;
 use super::signals;
 use super::supervise::{Outcome, Prior};
-use crate::claim::Claim;
-use crate::consul::Client;
+use crate::claim::{Claim, Store};
 use crate::error::{exit, Result};
 use crate::events;
 use crate::ui;
@@ -25,7 +24,7 @@ use crate::ui;
 pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
 
 /// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
-fn cleanup_client(client: &Client) -> Client {
+fn cleanup_client(client: &Store) -> Store {
     client.with_deadline(
         Instant::now() + CLEANUP_BUDGET,
         &format!(
@@ -47,7 +46,7 @@ pub(super) enum Ending {
 /// A hold from the session's creation on. Moved into the exit it ends with.
 #[must_use = "a hold ends only through give_up, abandon or finish"]
 pub(super) struct Holding<'a> {
-    client: &'a Client,
+    client: &'a Store,
     claim: Arc<dyn Claim>,
     session: Session,
     guardian: Option<&'a Arc<Guardian>>,
@@ -63,7 +62,7 @@ pub(super) struct Holding<'a> {
 
 impl<'a> Holding<'a> {
     pub(super) fn new(
-        client: &'a Client,
+        client: &'a Store,
         claim: Arc<dyn Claim>,
         session: Session,
         guardian: Option<&'a Arc<Guardian>>,
@@ -85,7 +84,7 @@ impl<'a> Holding<'a> {
         &self.session
     }
 
-    pub(super) fn client(&self) -> &'a Client {
+    pub(super) fn client(&self) -> &'a Store {
         self.client
     }
 

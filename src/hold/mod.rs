@@ -19,8 +19,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::claim::{Claim, Held, MonitorPolicy, WaitDisplay};
-use crate::consul::Client;
+use crate::claim::{Claim, Held, MonitorPolicy, Store, WaitDisplay};
 use crate::error::{exit, Error, Result};
 use crate::events;
 use crate::ui;
@@ -77,7 +76,7 @@ enum Phase {
     /// No session yet: a terminating signal ends conlock (the guardian tidies up).
     Starting,
     /// Waiting for the claim: a terminating signal ends conlock at once.
-    Acquiring { client: Client, session: SessionRef },
+    Acquiring { client: Store, session: SessionRef },
     /// Signals go to the supervising loop.
     Holding(Sender<Event>),
 }
@@ -85,7 +84,7 @@ enum Phase {
 /// Runs the whole life cycle and returns the exit code. Once per process (a second call
 /// is an error): the signal thread, the guardian and the command the signal thread reaps
 /// for are process-wide.
-pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
+pub fn hold(client: &Store, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i32> {
     first_hold()?;
     let guardian = match preflight(client, &spec) {
         Ok(g) => g,
@@ -116,14 +115,14 @@ pub fn hold(client: &Client, spec: HoldSpec, claim: Arc<dyn Claim>) -> Result<i3
 
 /// What must hold before anything is acquired: conlock can see the command's processes,
 /// and the guardian runs (unless `--unguarded`). Returns the guardian.
-fn preflight(client: &Client, spec: &HoldSpec) -> Result<Option<Arc<Guardian>>> {
+fn preflight(client: &Store, spec: &HoldSpec) -> Result<Option<Arc<Guardian>>> {
     // conlock releases only once every process of the command is gone: where /proc cannot
     // show them, it would have to guess, so the command does not run.
     if let Err(why) = procfs::check_view() {
         return Err(Error::Usage(format!("cannot run the command: {why}")));
     }
     // A guardian forked here (none was at start) gets the signal mask conlock started with.
-    match Guardian::start(client.config()) {
+    match Guardian::start(&client.config()) {
         Ok(g) => Ok(Some(g)),
         Err(why) if spec.unguarded => {
             ui::warn(format_args!(
@@ -138,7 +137,7 @@ fn preflight(client: &Client, spec: &HoldSpec) -> Result<Option<Arc<Guardian>>> 
 }
 
 fn hold_guarded(
-    client: &Client,
+    client: &Store,
     spec: HoldSpec,
     claim: Arc<dyn Claim>,
     guardian: Option<&Arc<Guardian>>,
@@ -226,7 +225,7 @@ fn start_command(
     }
     let confirm = {
         let claim = claim.clone();
-        Box::new(move |client: &Client, sid: &str| claim.confirm(client, sid))
+        Box::new(move |client: &Store, sid: &str| claim.confirm(client, sid))
     };
     // A session that ends (or cannot be renewed) right after acquiring is a loss before
     // the command started: exit 124, as when the deadline passes then.
@@ -250,13 +249,13 @@ fn start_command(
         "acquired {} (LockIndex {}, fencing token {})",
         claim.describe(),
         held.lock_index,
-        held.modify_index
+        held.fencing_token
     ));
     events::emit(
         "acquired",
         serde_json::json!({
             "session": session_id,
-            "fencing_token": held.modify_index,
+            "fencing_token": held.fencing_token,
             "lock_index": held.lock_index,
             "waited_ms": waited.as_millis() as u64,
         }),
@@ -289,7 +288,11 @@ fn start_command(
         ),
         (
             "CONLOCK_MODIFY_INDEX".to_string(),
-            held.modify_index.to_string(),
+            held.fencing_token.to_string(),
+        ),
+        (
+            "CONLOCK_FENCING_TOKEN".to_string(),
+            held.fencing_token.to_string(),
         ),
         ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
     ];
@@ -587,7 +590,7 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                         ui::clear_status();
                         ui::verbose(format_args!("signal {sig} while waiting; giving up"));
                         // Destroying the session also drops anything it may just have acquired.
-                        let _ = client.session_destroy(&session.id());
+                        let _ = client.destroy_session(&session.id());
                         events::exit(128 + sig, "interrupted", serde_json::json!({}));
                         events::flush();
                         ui::flush();

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use super::event::Event;
 use super::guardian::Guardian;
+use crate::claim::store::{SessionOptions, Store, StoreError};
 use crate::claim::SessionHandle;
 use crate::clock::BootInstant;
-use crate::consul::{Client, ConsulError, SessionRequest};
 use crate::ui;
 
 /// The shortest time between the last confirmation and the stop signal that conlock
@@ -79,7 +79,7 @@ impl SessionSpec {
 }
 
 /// A consistent read proving the claim is still ours: `Ok(None)` held, `Ok(Some(why))` lost.
-pub type ConfirmFn = Box<dyn Fn(&Client, &str) -> Result<Option<String>, ConsulError> + Send>;
+pub type ConfirmFn = Box<dyn Fn(&Store, &str) -> Result<Option<String>, StoreError> + Send>;
 
 /// See `Session::handle`.
 #[derive(Clone)]
@@ -102,9 +102,9 @@ pub struct Session {
 }
 
 struct Shared {
-    client: Client,
+    client: Store,
     /// Creates the session and replaces it while waiting: bounded by `--timeout`.
-    creator: Client,
+    creator: Store,
     guardian: Option<Arc<Guardian>>,
     spec: SessionSpec,
     state: Mutex<State>,
@@ -139,8 +139,8 @@ impl Session {
     /// The guardian, if any, is told every session ID so it can destroy it if we die.
     /// With `renew` false, renewals wait for `start_holding`.
     pub fn create(
-        client: &Client,
-        creator: &Client,
+        client: &Store,
+        creator: &Store,
         spec: SessionSpec,
         guardian: Option<Arc<Guardian>>,
         renew: bool,
@@ -148,10 +148,7 @@ impl Session {
         let mut sent = BootInstant::now();
         // Creating a session is safe to repeat: one we did not hear about holds nothing
         // and expires by its TTL.
-        let id = crate::consul::retry_transient("creating a session", creator.deadline(), || {
-            sent = BootInstant::now();
-            creator.session_create(&request(&spec))
-        })?;
+        let id = creator.create_session(&options(&spec), || sent = BootInstant::now())?;
         if let Some(g) = &guardian {
             g.session(&id, spec.ttl);
         }
@@ -192,7 +189,7 @@ impl Session {
                     .unwrap_or_else(|p| p.into_inner())
                     .id
                     .clone();
-                let _ = client.session_destroy(&id);
+                let _ = client.destroy_session(&id);
                 return Err(crate::error::Error::Other(anyhow::anyhow!(
                     "cannot start the thread that renews session {id}: {e} (check the limits on processes and threads: ulimit -u, the cgroup's pids.max, systemd's TasksMax)"
                 )));
@@ -264,15 +261,15 @@ impl Session {
         confirmed_at: BootInstant,
         confirm: ConfirmFn,
         renew_first: bool,
-    ) -> Result<bool, ConsulError> {
+    ) -> Result<bool, StoreError> {
         let id = self.id();
         if renew_first {
             // A passing error must not cost the lock just acquired: retry briefly.
             let mut tries = 0;
             loop {
                 let sent = BootInstant::now();
-                let timeout = self.shared.client.request_timeout;
-                match self.shared.client.session_renew(&id, timeout) {
+                let timeout = self.shared.client.request_timeout();
+                match self.shared.client.renew_session(&id, timeout) {
                     Ok(Some(_)) => {
                         renewed(&mut self.state(), &self.shared.spec, sent);
                         break;
@@ -299,14 +296,13 @@ impl Session {
     }
 
     /// Replaces a lost session by a new one (for example after the server lost its state).
-    pub fn recreate(&self) -> Result<(), ConsulError> {
+    pub fn recreate(&self) -> Result<(), StoreError> {
         let old = self.id();
-        let _ = self.shared.client.session_destroy(&old);
+        let _ = self.shared.client.destroy_session(&old);
         let mut sent = BootInstant::now();
         let creator = &self.shared.creator;
-        let id = crate::consul::retry_transient("creating a session", creator.deadline(), || {
+        let id = creator.create_session(&options(&self.shared.spec), || {
             sent = BootInstant::now();
-            creator.session_create(&request(&self.shared.spec))
         })?;
         ui::verbose(format_args!("replaced session {old} by {id}"));
         if let Some(g) = &self.shared.guardian {
@@ -324,7 +320,7 @@ impl Session {
     /// Stops renewing and destroys the session on the server.
     pub fn destroy(mut self) {
         let id = self.stop_renewing();
-        match self.shared.client.session_destroy(&id) {
+        match self.shared.client.destroy_session(&id) {
             Ok(_) => ui::verbose(format_args!("destroyed session {id}")),
             Err(e) => ui::warn(format_args!(
                 "could not destroy session {id}: {e}; it expires by its TTL"
@@ -333,9 +329,9 @@ impl Session {
     }
 
     /// Like `destroy`, through `client` (a deadline-bounded one once the command is gone).
-    pub fn destroy_with(mut self, client: &Client) {
+    pub fn destroy_with(mut self, client: &Store) {
         let id = self.stop_renewing();
-        match client.session_destroy(&id) {
+        match client.destroy_session(&id) {
             Ok(_) => ui::verbose(format_args!("destroyed session {id}")),
             Err(e) => ui::warn(format_args!(
                 "could not destroy session {id}: {e}; it expires by its TTL"
@@ -372,7 +368,7 @@ impl SessionHandle for Session {
         Session::lost(self)
     }
 
-    fn recreate(&self) -> Result<(), ConsulError> {
+    fn recreate(&self) -> Result<(), StoreError> {
         Session::recreate(self)
     }
 
@@ -404,14 +400,13 @@ fn renewed(s: &mut State, spec: &SessionSpec, sent: BootInstant) {
     }
 }
 
-fn request(spec: &SessionSpec) -> SessionRequest {
-    SessionRequest {
+fn options(spec: &SessionSpec) -> SessionOptions {
+    SessionOptions {
         name: spec.name.clone(),
-        ttl: Some(crate::duration::format(spec.ttl)),
-        lock_delay: Some(crate::duration::format(spec.lock_delay)),
-        behavior: Some(spec.behavior.to_string()),
+        ttl: spec.ttl,
+        lock_delay: spec.lock_delay,
+        behavior: spec.behavior,
         checks: spec.checks.clone(),
-        node: None,
     }
 }
 
@@ -491,7 +486,7 @@ fn renew_loop(shared: &Shared) {
         let sent_boot = BootInstant::now();
         match job {
             Job::Renew => {
-                let result = shared.client.session_renew(&id, renew_timeout);
+                let result = shared.client.renew_session(&id, renew_timeout);
                 let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 if s.id != id || s.stop {
                     continue;

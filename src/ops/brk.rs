@@ -5,13 +5,13 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::consul::CONSUL_MAX_LOCK_DELAY;
-use crate::consul::{Client, QueryOptions};
+use crate::claim::inspect::record_lock_delay_end;
+use crate::claim::Store;
 use crate::error::{Error, Result};
 use crate::ui;
 
-pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -> Result<i32> {
-    let (snap, _) = inspect(client, target, QueryOptions::default())?;
+pub fn run(store: &Store, target: &Target, session: Option<&str>, yes: bool) -> Result<i32> {
+    let (snap, _) = inspect(store, target, 0)?;
     let chosen: Vec<Holder> = match (session, snap.holders()) {
         (_, hs) if hs.is_empty() => {
             ui::out(format!("nothing to break: {} has no holder\n", name(&snap)))?;
@@ -56,16 +56,14 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
     // A closed stdout does not stop the breaking: it is reported once all is done.
     let mut unwritten = None;
     for h in &chosen {
-        client.session_destroy(&h.session)?;
+        store.destroy_session(&h.session)?;
         let line = match &snap {
             Snapshot::Lock { key, .. } => {
-                // Consul keeps the lock-delay to itself: leave in the key until when it
+                // The store keeps the lock-delay to itself: leave in the key until when it
                 // runs, so that `status` can tell (conlock's default value only).
-                if let Ok((Some(p), _)) = client.kv_get(key, QueryOptions::default()) {
-                    let delay = h.lock_delay_ns.map(std::time::Duration::from_nanos);
-                    crate::claim::lockdelay::record_until(client, &p, delay);
-                }
-                let delay = applied_delay(h);
+                let delay = h.lock_delay_ns.map(std::time::Duration::from_nanos);
+                record_lock_delay_end(store, key, delay);
+                let delay = applied_delay(store, h);
                 format!(
                     "destroyed {}; {key} can be acquired again after {delay} (lock-delay)\n",
                     h.describe_session()
@@ -75,7 +73,7 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
                 // The slot is not handed out here: the holder's command may still run.
                 // The holder frees it once its command is gone; if it cannot, conlock
                 // waiters take it back after its cushion (its lock-delay).
-                let cushion = applied_delay(h);
+                let cushion = applied_delay(store, h);
                 format!(
                     "destroyed {}; its slot in {prefix} frees once that holder has stopped its command, or after {cushion} if it cannot\n",
                     h.describe_session()
@@ -92,11 +90,11 @@ pub fn run(client: &Client, target: &Target, session: Option<&str>, yes: bool) -
     }
 }
 
-/// The holder's lock-delay as Consul applies it (at most 60 s), for messages.
-fn applied_delay(h: &Holder) -> String {
+/// The holder's lock-delay as the store applies it (Consul: at most 60 s), for messages.
+fn applied_delay(store: &Store, h: &Holder) -> String {
     h.lock_delay_ns
         .map(|ns| {
-            crate::duration::format(std::time::Duration::from_nanos(ns).min(CONSUL_MAX_LOCK_DELAY))
+            crate::duration::format(std::time::Duration::from_nanos(ns).min(store.max_lock_delay()))
         })
         .unwrap_or_else(|| "its lock-delay".into())
 }

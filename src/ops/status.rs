@@ -3,11 +3,11 @@
 use std::time::SystemTime;
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::consul::{Client, QueryOptions};
+use crate::claim::Store;
 use crate::error::Result;
 
-pub fn run(client: &Client, target: &Target, json: bool) -> Result<i32> {
-    let (snap, _) = inspect(client, target, QueryOptions::default())?;
+pub fn run(store: &Store, target: &Target, json: bool) -> Result<i32> {
+    let (snap, _) = inspect(store, target, 0)?;
     let text = if json {
         format!(
             "{}\n",
@@ -28,7 +28,7 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             key,
             holder,
             lock_index,
-            modify_index,
+            fencing_token,
             lock_delay,
         } => {
             rows.push(("lock".into(), key.clone()));
@@ -86,7 +86,7 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                     rows.push(("lock index".into(), lock_index.to_string()));
                     rows.push((
                         "fencing token".into(),
-                        format!("{modify_index} (ModifyIndex)"),
+                        format!("{fencing_token} (ModifyIndex)"),
                     ));
                 }
             }
@@ -212,7 +212,7 @@ mod tests {
             key: "svc/.lock".into(),
             holder: Some(holder()),
             lock_index: 1,
-            modify_index: 42,
+            fencing_token: 42,
             lock_delay: None,
         };
         let now = crate::ui::parse_timestamp("2026-11-21T13:47:26Z").unwrap()
@@ -251,7 +251,7 @@ mod tests {
             limit: Some(2),
             holders: vec![holder()],
             waiting: 3,
-            modify_index: 9,
+            fencing_token: 9,
         };
         let j = snap.to_json();
         assert_eq!(j["kind"], "semaphore");

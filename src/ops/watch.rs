@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::claim::WATCH_WAIT;
-use crate::consul::{next_index, Client, QueryOptions};
+use crate::claim::inspect::{invalidated_at, next_since};
+use crate::claim::Store;
 use crate::error::Result;
 use crate::hold::event;
 use crate::hold::program::{self, Program};
@@ -27,13 +27,13 @@ pub struct Change {
     /// The lock's key or the semaphore's prefix.
     pub target: String,
     pub holder: Option<Holder>,
-    pub modify_index: u64,
+    pub fencing_token: u64,
     /// Sessions holding after this change.
     pub holders_now: Vec<String>,
 }
 
 pub fn run(
-    client: &Client,
+    store: &Store,
     target: &Target,
     json: bool,
     handler: &[std::ffi::OsString],
@@ -48,20 +48,15 @@ pub fn run(
     let mut backoff = Duration::from_millis(500);
     let mut failing = false;
     loop {
-        let q = if index == 0 {
-            QueryOptions::default()
-        } else {
-            QueryOptions::blocking(index, WATCH_WAIT)
-        };
-        match inspect(client, target, q) {
-            Ok((snap, meta)) => {
+        match inspect(store, target, index) {
+            Ok((snap, at_index)) => {
                 if failing {
                     ui::notice("reconnected to Consul");
                     failing = false;
                 }
                 backoff = Duration::from_millis(500);
-                index = next_index(index, meta.index);
-                for change in diff(client, target, prev.as_ref(), &snap, meta.index) {
+                index = next_since(index, at_index);
+                for change in diff(store, target, prev.as_ref(), &snap, at_index) {
                     let line = if json {
                         to_json(&change).to_string()
                     } else {
@@ -80,7 +75,7 @@ pub fn run(
                 }
                 prev = Some(snap);
             }
-            Err(crate::error::Error::Consul(e)) if e.is_retryable() => {
+            Err(crate::error::Error::Store(e)) if e.is_retryable() => {
                 ui::notice(format_args!(
                     "{e}; retrying in {}",
                     crate::duration::format(backoff)
@@ -103,24 +98,23 @@ fn target_name(snap: &Snapshot) -> (&'static str, String) {
     }
 }
 
-/// The changes from `prev` to `now` (read at raft index `at_index`); a first look
-/// reports the current state.
+/// The changes from `prev` to `now` (read at the store's index `at_index`); a first
+/// look reports the current state.
 ///
-/// A holder that vanished was *lost* when its session was invalidated: Consul frees the
-/// key in the same raft index as the session change, so the session is gone and the
-/// sessions table's index equals `at_index`. Otherwise it *released* (conlock and
-/// `consul lock` release first and destroy their session a few requests later).
+/// A holder that vanished was *lost* when its session was invalidated at `at_index`
+/// (`claim::inspect::invalidated_at`). Otherwise it *released* (conlock and `consul lock`
+/// release first and destroy their session a few requests later).
 pub fn diff(
-    client: &Client,
+    store: &Store,
     _target: &Target,
     prev: Option<&Snapshot>,
     now: &Snapshot,
     at_index: u64,
 ) -> Vec<Change> {
     let (kind, name) = target_name(now);
-    let modify_index = match now {
-        Snapshot::Lock { modify_index, .. } | Snapshot::Semaphore { modify_index, .. } => {
-            *modify_index
+    let fencing_token = match now {
+        Snapshot::Lock { fencing_token, .. } | Snapshot::Semaphore { fencing_token, .. } => {
+            *fencing_token
         }
     };
     let holders_now = now.holder_sessions();
@@ -129,7 +123,7 @@ pub fn diff(
         kind,
         target: name.clone(),
         holder,
-        modify_index,
+        fencing_token,
         holders_now: holders_now.clone(),
     };
     let Some(prev) = prev else {
@@ -145,10 +139,7 @@ pub fn diff(
     let mut out = Vec::new();
     for old in prev.holders() {
         if !holders_now.contains(&old.session) {
-            let lost = match client.session_info(&old.session, QueryOptions::default()) {
-                Ok((None, meta)) => meta.index == at_index,
-                _ => false,
-            };
+            let lost = invalidated_at(store, &old.session, at_index);
             out.push(change(
                 if lost { "lost" } else { "released" },
                 Some(old.clone()),
@@ -186,7 +177,7 @@ pub fn to_json(c: &Change) -> Value {
         "kind": c.kind,
         "target": c.target,
         "holder": c.holder.as_ref().map(Holder::to_json),
-        "modify_index": c.modify_index,
+        "modify_index": c.fencing_token,
         "holders": c.holders_now,
     })
 }
@@ -198,7 +189,7 @@ pub fn env_for(c: &Change) -> Vec<(String, String)> {
         ("CONLOCK_TARGET".to_string(), c.target.clone()),
         (
             "CONLOCK_MODIFY_INDEX".to_string(),
-            c.modify_index.to_string(),
+            c.fencing_token.to_string(),
         ),
         ("CONLOCK_HOLDERS".to_string(), c.holders_now.join(",")),
     ];

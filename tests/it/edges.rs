@@ -618,6 +618,7 @@ fn man_pages_and_help_name_what_operators_type() {
                 "CONLOCK_KEY",
                 "CONLOCK_SESSION",
                 "CONLOCK_MODIFY_INDEX",
+                "CONLOCK_FENCING_TOKEN",
                 "CONLOCK_LOCK_INDEX",
                 "CONLOCK_PREFIX, CONLOCK_LIMIT",
                 "[default: wait forever]",

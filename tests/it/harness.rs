@@ -526,3 +526,18 @@ pub fn inspecting_relay_with(
     });
     addr
 }
+
+/// `CONLOCK_FENCING_TOKEN` (the store-neutral name) is set, and is the same positive
+/// number as `CONLOCK_MODIFY_INDEX`.
+pub fn same_fencing_token(env: &str) {
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing in:\n{env}"))
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("{name} is not a number ({e}) in:\n{env}"))
+    };
+    let token = var("CONLOCK_FENCING_TOKEN");
+    assert!(token > 0, "{env}");
+    assert_eq!(token, var("CONLOCK_MODIFY_INDEX"), "{env}");
+}

@@ -100,6 +100,7 @@ fn child_gets_lock_environment() {
     assert!(env.contains("CONLOCK_LOCK_INDEX=1\n"), "{env}");
     assert!(env.contains("CONLOCK_SESSION="), "{env}");
     assert!(env.contains("CONLOCK_MODIFY_INDEX="), "{env}");
+    same_fencing_token(&env);
 }
 
 #[test]

@@ -138,6 +138,7 @@ fn child_gets_semaphore_environment() {
         "{env}"
     );
     assert!(env.contains("CONLOCK_MODIFY_INDEX="), "{env}");
+    same_fencing_token(&env);
 }
 
 #[test]
