@@ -18,6 +18,11 @@ use crate::consul::{
 use crate::error::{Error, Result};
 use crate::ui;
 
+/// How long a waiter that lost the race for a freed lock waits before it looks who won
+/// (see `Lock::take`). A later change is not missed: the watch goes on from the index of
+/// that look.
+const LOSER_PAUSE: Duration = Duration::from_millis(5);
+
 pub struct Lock {
     pub key: String,
     pub value: HolderValue,
@@ -96,7 +101,12 @@ impl Lock {
     /// in the query string: Consul before 1.7 rounds 64-bit flags in a `/v1/txn` body
     /// (recorded in 12-txn), so transactions never carry them. The consistent read after
     /// it gives the fencing token and is the first confirmation (see `Session::deadline`).
-    fn take(&self, client: &Client, session_id: &str) -> std::result::Result<Take, ConsulError> {
+    fn take(
+        &self,
+        client: &Client,
+        session_id: &str,
+        deadline: Option<Instant>,
+    ) -> std::result::Result<Take, ConsulError> {
         let put = PutOptions {
             flags: LOCK_FLAGS,
             acquire: Some(session_id),
@@ -106,7 +116,10 @@ impl Lock {
             Ok(true) => {}
             Ok(false) => {
                 // Refused: another waiter was faster, or a lock-delay runs. One look
-                // tells them apart; a new holder is then watched as usual.
+                // tells them apart; a new holder is then watched as usual. The look
+                // waits a little: the winner is reading its key back and starting its
+                // command now, on the same CPUs as the agent and every other loser.
+                claim::sleep_until_deadline(LOSER_PAUSE, deadline);
                 let look = client.kv_get(&self.key, QueryOptions::default())?;
                 return Ok(if look.0.as_ref().is_some_and(|p| p.holder().is_some()) {
                     Take::Changed(look)
@@ -245,7 +258,7 @@ impl Claim for Lock {
             }
             delay.saw_free();
             index = 0;
-            match self.take(client, &session_id) {
+            match self.take(client, &session_id, deadline) {
                 Ok(Take::Held(h)) => return Ok(Some(h)),
                 Ok(Take::Changed(look)) => {
                     puzzles.clear();
