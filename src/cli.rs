@@ -166,6 +166,33 @@ pub struct ConnArgs {
     /// Name expected in the agent's certificate and sent as SNI, when it differs from the address's host [env: CONSUL_TLS_SERVER_NAME]
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
+    /// The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]
+    #[arg(long, value_enum, value_name = "BACKEND", help_heading = "Store")]
+    pub backend: Option<Backend>,
+    /// etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    #[arg(long, value_name = "URLS", help_heading = "etcd connection")]
+    pub endpoints: Option<String>,
+    /// CA certificate to verify etcd's certificate [env: ETCDCTL_CACERT]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// Client certificate for etcd [env: ETCDCTL_CERT]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Client key for etcd [env: ETCDCTL_KEY]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]
+    #[arg(long, value_name = "USER", help_heading = "etcd connection")]
+    pub etcd_user: Option<String>,
+    /// Password of --etcd-user [env: ETCDCTL_PASSWORD]
+    #[arg(long, value_name = "PASSWORD", help_heading = "etcd connection")]
+    pub etcd_password: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Consul,
+    Etcd,
 }
 
 impl ConnArgs {
@@ -183,11 +210,39 @@ impl ConnArgs {
             datacenter: c.datacenter.or_else(|| outer.datacenter.clone()),
             namespace: c.namespace.or_else(|| outer.namespace.clone()),
             tls_server_name: c.tls_server_name.or_else(|| outer.tls_server_name.clone()),
+            backend: c.backend.or(outer.backend),
+            endpoints: c.endpoints.or_else(|| outer.endpoints.clone()),
+            etcd_cacert: c.etcd_cacert.or_else(|| outer.etcd_cacert.clone()),
+            etcd_cert: c.etcd_cert.or_else(|| outer.etcd_cert.clone()),
+            etcd_key: c.etcd_key.or_else(|| outer.etcd_key.clone()),
+            etcd_user: c.etcd_user.or_else(|| outer.etcd_user.clone()),
+            etcd_password: c.etcd_password.or_else(|| outer.etcd_password.clone()),
         }
     }
 
     /// The first option given, for refusing them where they do not apply.
     pub fn first_given(&self) -> Option<&'static str> {
+        self.first_consul_given()
+            .or_else(|| self.first_etcd_given())
+            .or_else(|| self.backend.is_some().then_some("--backend"))
+    }
+
+    /// The first etcd-only option given.
+    pub fn first_etcd_given(&self) -> Option<&'static str> {
+        [
+            (self.endpoints.is_some(), "--endpoints"),
+            (self.etcd_cacert.is_some(), "--etcd-cacert"),
+            (self.etcd_cert.is_some(), "--etcd-cert"),
+            (self.etcd_key.is_some(), "--etcd-key"),
+            (self.etcd_user.is_some(), "--etcd-user"),
+            (self.etcd_password.is_some(), "--etcd-password"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+
+    /// The first Consul-only connection option given.
+    pub fn first_consul_given(&self) -> Option<&'static str> {
         [
             (self.http_addr.is_some(), "--http-addr"),
             (self.token.is_some(), "--token"),
@@ -297,9 +352,9 @@ pub struct RunArgs {
     /// Use the key PREFIX/.lock, as `consul lock PREFIX` does
     #[arg(long, value_name = "PREFIX")]
     pub prefix: Option<String>,
-    /// Session behavior when it is invalidated
-    #[arg(long, value_enum, default_value = "release")]
-    pub behavior: Behavior,
+    /// Session behavior when it is invalidated (Consul only) [default: release]
+    #[arg(long, value_enum)]
+    pub behavior: Option<Behavior>,
     #[command(flatten)]
     pub hold: HoldArgs,
     #[command(flatten)]
