@@ -265,6 +265,16 @@ impl Store {
         }
     }
 
+    /// Why a renewal's answer means the session is gone, for messages.
+    pub fn session_gone(&self, id: &str) -> String {
+        match self {
+            Store::Consul(_) => format!("session {id} was invalidated (Consul no longer knows it)"),
+            Store::Etcd(_) => {
+                format!("lease {id} is gone (etcd no longer knows it: it expired or was revoked)")
+            }
+        }
+    }
+
     /// Says once, on stderr, what the server is known to get wrong (etcd older than the
     /// releases that fixed its lease bugs). Not fatal; a failed look says nothing.
     pub fn warn_known_server_bugs(&self) {

@@ -546,10 +546,7 @@ fn renew_loop(shared: &Shared) {
                         renewed(&mut s, spec, sent_boot);
                         next = sent + renew_every;
                     }
-                    Ok(None) => set_lost(
-                        &mut s,
-                        format!("session {id} was invalidated (Consul no longer knows it)"),
-                    ),
+                    Ok(None) => set_lost(&mut s, shared.client.session_gone(&id)),
                     Err(e) => {
                         ui::verbose(format_args!("renewing session {id} failed: {e}; retrying"));
                         next = Instant::now() + retry_every;
