@@ -30,7 +30,11 @@ Environment (flags win over variables):
   CONSUL_HTTP_SSL_VERIFY   false: do not verify the agent's certificate (testing only)
   CONSUL_TLS_SERVER_NAME   name to expect in the agent's certificate (--tls-server-name)
   CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, CONSUL_CAPATH,
-  CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, CONSUL_DATACENTER, CONSUL_NAMESPACE";
+  CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, CONSUL_DATACENTER, CONSUL_NAMESPACE
+  CONLOCK_BACKEND          consul (default) or etcd (--backend)
+  ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER,
+  ETCDCTL_PASSWORD         etcd (--endpoints, --etcd-cacert, --etcd-cert, --etcd-key,
+                           --etcd-user, --etcd-password)";
 
 const TOP_EXAMPLES: &str = "\
 Examples:
@@ -52,7 +56,10 @@ The command gets (besides conlock's own environment):
   CONLOCK_MODIFY_INDEX      the fencing token: grows strictly from holder to holder
   CONLOCK_FENCING_TOKEN     the same value, under a name that does not name Consul
   CONLOCK_LOCK_INDEX        Consul's LockIndex (not a safe fencing token)
-  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit";
+  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit
+On etcd (--backend etcd): CONLOCK_KEY (the lock's name), CONLOCK_SESSION (the lease, in
+hex), CONLOCK_FENCING_TOKEN (the key's create revision), and as etcdctl lock sets them
+ETCD_LOCK_KEY (NAME/<lease hex>) and ETCD_LOCK_REV; not the Consul variables above";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
