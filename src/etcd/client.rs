@@ -1089,7 +1089,7 @@ mod tests {
         let without = client(&[]);
         let e = error_of(&without, "auth-no-token");
         assert!(matches!(e, EtcdError::Auth { .. }), "{e:?}");
-        assert!(e.to_string().contains("ETCDCTL_USER or --user"), "{e}");
+        assert!(e.to_string().contains("ETCDCTL_USER or --etcd-user"), "{e}");
         let r: RangeResponse = ok("auth-range-with-token");
         assert_eq!(r.kvs.len(), 1);
     }
