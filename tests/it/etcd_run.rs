@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
-use crate::etcd_harness::{etcdctl_bin, Etcd};
+use crate::etcd_harness::{etcdctl_bin, Etcd, EtcdCluster, EtcdOptions};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop, BIN,
@@ -43,6 +43,11 @@ fn now_ns() -> u128 {
 /// conlock with the etcd backend chosen through the environment (CONLOCK_BACKEND,
 /// ETCDCTL_ENDPOINTS), nothing else inherited that could steer it.
 fn conlock_etcd(etcd: &Etcd) -> Command {
+    conlock_etcd_at(&etcd.endpoint())
+}
+
+/// [`conlock_etcd`] for a comma-separated list of endpoints.
+fn conlock_etcd_at(endpoints: &str) -> Command {
     let mut c = Command::new(BIN.path());
     for (k, _) in std::env::vars() {
         if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
@@ -50,7 +55,7 @@ fn conlock_etcd(etcd: &Etcd) -> Command {
         }
     }
     c.env("CONLOCK_BACKEND", "etcd");
-    c.env("ETCDCTL_ENDPOINTS", etcd.endpoint());
+    c.env("ETCDCTL_ENDPOINTS", endpoints);
     c.stdin(Stdio::null());
     c
 }
@@ -77,7 +82,12 @@ fn with_timings(extra: &[&str]) -> Vec<String> {
 
 /// `conlock run --key NAME FAST... -- sh -c CMD`, started.
 fn run_lock(etcd: &Etcd, name: &str, extra: &[&str], cmd: &str) -> Child {
-    conlock_etcd(etcd)
+    run_lock_at(&etcd.endpoint(), name, extra, cmd)
+}
+
+/// [`run_lock`] against a list of endpoints.
+fn run_lock_at(endpoints: &str, name: &str, extra: &[&str], cmd: &str) -> Child {
+    conlock_etcd_at(endpoints)
         .args(["run", "--key", name])
         .args(with_timings(extra))
         .args(["--", "sh", "-c", cmd])
@@ -694,4 +704,79 @@ fn a_waiter_whose_lease_expired_while_waiting_does_not_run_beside_the_next() {
     let iv = intervals(&read(&log));
     assert_eq!(iv.len(), 3, "{}", read(&log));
     assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
+
+/// The leader freezes (SIGSTOP) while conlock holds through all three members: leases
+/// are only extended by the new leader, so the waiter never starts beside the holder's
+/// command, whatever the holder decides (keep it, or stop it with exit 124).
+#[test]
+fn a_frozen_leader_never_lets_two_holders_overlap() {
+    let Some(cluster) = EtcdCluster::start("frz", &EtcdOptions::fast()) else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let c = crate::etcd_harness::client_for(&eps, Duration::from_secs(2));
+    let name = unique_name("frozen-leader");
+    let dir = scratch("etcd-frozen");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "6s", "--lock-delay", "3s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &eps,
+        &name,
+        &timings,
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(&eps, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    let leader = cluster.wait_leader(LONG);
+    cluster.members[leader].stop();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    cluster.wait_leader_among(&others, LONG);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.members[leader].cont();
+    std::fs::write(&go, "").unwrap();
+    let code = wait_exit(&mut a.0, LONG).code();
+    assert!(matches!(code, Some(0) | Some(124)), "holder: {code:?}");
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "overlap across a leader change: {sp:?}");
+}
+
+/// Two members freeze: no quorum, no keepalive, no confirmation. The holder's deadline
+/// passes and its command is stopped (exit 124); once the quorum is back the waiter
+/// starts after it, never beside it.
+#[test]
+fn quorum_loss_stops_the_holder_by_its_deadline_and_nobody_overlaps() {
+    let Some(cluster) = EtcdCluster::start("quo", &EtcdOptions::fast()) else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let c = crate::etcd_harness::client_for(&eps, Duration::from_secs(2));
+    let name = unique_name("quorum");
+    let dir = scratch("etcd-quorum");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "4s", "--lock-delay", "2s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &eps,
+        &name,
+        &timings,
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(&eps, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    cluster.members[1].stop();
+    cluster.members[2].stop();
+    let st = wait_exit(&mut a.0, LONG);
+    assert_eq!(st.code(), Some(124), "{st}");
+    let stopped_at = now_ns();
+    cluster.members[1].cont();
+    cluster.members[2].cont();
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < stopped_at, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
 }
