@@ -172,8 +172,15 @@ impl Store {
                 let Some(lease) = lease_id(id) else {
                     return Ok(None);
                 };
-                let mut c = c.clone();
-                c.request_timeout = c.request_timeout.min(timeout);
+                // Bounded in all by `timeout`, with room for a second endpoint when the
+                // first hangs (a follower forwarding to a frozen leader).
+                let mut c = c.with_deadline(
+                    Instant::now() + timeout,
+                    "a keepalive is bounded by the renewal's timeout",
+                );
+                c.request_timeout = c
+                    .request_timeout
+                    .min((timeout / 2).max(Duration::from_millis(500)));
                 // One keepalive: a positive TTL means renewed; 0 (absent) means gone.
                 match c.lease_keepalive_once(lease) {
                     Ok(ttl) if ttl > 0 => Ok(Some(Renewed {

@@ -917,6 +917,26 @@ mod tests {
     use super::*;
     use crate::etcd::config::EtcdFlags;
 
+    /// A deadline that passed ends a call before any connection (a listener of the
+    /// test sees none), as `CutShort`; one in the future leaves calls alone.
+    #[test]
+    fn a_passed_deadline_cuts_calls_short_without_a_request() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let flags = EtcdFlags {
+            endpoints: Some(format!("http://{}", l.local_addr().unwrap())),
+            ..Default::default()
+        };
+        let c = EtcdClient::new(EtcdConfig::resolve(&flags, &|_| None).unwrap()).unwrap();
+        let past = c.with_deadline(Instant::now() - Duration::from_millis(1), "--timeout 0s");
+        assert!(past.deadline().is_some());
+        let e = past.range(&RangeRequest::key("k")).unwrap_err();
+        assert!(e.cut_short(), "{e:?}");
+        assert!(e.to_string().contains("--timeout 0s"), "{e}");
+        assert!(l.accept().is_err(), "a request was sent after the deadline");
+        assert!(c.deadline().is_none());
+    }
+
     /// A recorded answer of etcd 3.4.23 (tests/fixtures/etcd-3.4.23, see its README).
     fn fixture(name: &str) -> (u16, String) {
         let path = format!(
