@@ -291,11 +291,12 @@ pub struct HoldArgs {
     /// Session name [default: "conlock: <cmd> on <host>"]
     #[arg(long, value_name = "NAME")]
     pub session_name: Option<String>,
-    /// Session TTL, 10s to 24h; renewed every TTL/2
+    /// Session TTL, 10s to 24h; renewed every TTL/2 (etcd: the lease's TTL, 2s to 24h, renewed every TTL/3)
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
-    /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
+    /// semaphore, the cushion conlock waiters give a vanished holder; on etcd, which has
+    /// none, the cushion conlock waiters keep after a holder that did not let go). Must exceed
     /// --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
