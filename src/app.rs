@@ -231,7 +231,7 @@ fn run_etcd_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     let Some(raw) = &args.key else {
         return Err(Error::Usage("give --key NAME".into()));
     };
-    let name = normalize_key(raw, "--key")?;
+    let name = etcd_name(raw)?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
     crate::events::install(prepared.events.take(), "lock", &name, &prepared.about);
     // Once, before anything is held: what the server's version is known to get wrong.
@@ -500,6 +500,20 @@ pub fn client(conn: &ConnArgs) -> Result<Store> {
     Ok(Store::Consul(Client::new(cfg)?))
 }
 
+/// An etcd lock name, kept as given: etcd keys are plain bytes, and `etcdctl lock /a`
+/// and `etcdctl lock a` are different locks.
+pub fn etcd_name(raw: &str) -> Result<String> {
+    if raw.is_empty() {
+        return Err(Error::Usage("--key must not be empty".into()));
+    }
+    if raw.chars().any(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "--key {raw:?} contains control characters"
+        )));
+    }
+    Ok(raw.to_string())
+}
+
 /// Strips leading slashes as `consul lock` does; rejects keys that name nothing.
 pub fn normalize_key(raw: &str, flag: &str) -> Result<String> {
     let k = raw.trim_start_matches('/');
@@ -553,6 +567,14 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_names_are_kept_as_given() {
+        assert_eq!(etcd_name("/jobs/x").unwrap(), "/jobs/x");
+        assert_eq!(etcd_name("a//b").unwrap(), "a//b");
+        assert!(etcd_name("").is_err());
+        assert!(etcd_name("a\nb").is_err());
+    }
 
     #[test]
     fn keys_are_normalized() {

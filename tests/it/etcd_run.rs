@@ -254,7 +254,8 @@ fn conlock_and_etcdctl_lock_exclude_each_other_both_ways() {
         return;
     }
     let c = etcd.client(T);
-    let name = unique_name("interop");
+    // A leading slash is part of an etcd name (etcdctl keeps it): kept, not stripped.
+    let name = format!("/{}", unique_name("interop"));
     let dir = scratch("etcd-interop");
     let log = dir.join("log");
     // etcdctl first, then conlock, then etcdctl again, each queued behind the last.
