@@ -324,10 +324,18 @@ fn sigstop_of_conlock_the_guardian_kills_the_command_before_the_lease_expires() 
     let name = unique_name("stop");
     let dir = scratch("etcd-stop");
     let (log, go) = (dir.join("log"), dir.join("go"));
-    let h = KillOnDrop(run_lock(etcd, &name, &[], &heartbeat_job(&log, &go)));
+    // A cushion longer than the TTL: the TTL must bound the deadline by itself (an
+    // expiry lets etcdctl in at once), not the TTL plus the cushion.
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "3s", "--lock-delay", "6s"],
+        &heartbeat_job(&log, &go),
+    ));
     assert!(wait_for(LONG, || read(&log).contains("A ")));
     // etcdctl gets no cushion: it takes the lock as soon as the lease expires.
-    let mut e = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "true")));
+    // Its job lasts long enough for a command that still ran to show a heartbeat.
+    let mut e = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")));
     wait_keys(&c, &name, 2);
     signal(h.0.id(), libc::SIGSTOP);
     let st = wait_exit(&mut e.0, LONG);
