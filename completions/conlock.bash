@@ -77,7 +77,7 @@ _conlock() {
 
     case "${cmd}" in
         conlock)
-            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --verbose --quiet --help --version run sem status watch break dev-server completions man help"
+            opts="-v -q -h -V --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --verbose --quiet --help --version run sem status watch break dev-server completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,6 +123,34 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -131,7 +159,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__break)
-            opts="-v -q -y -h -V --verbose --quiet --key --prefix --kind --session --yes --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -y -h -V --verbose --quiet --key --prefix --kind --session --yes --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -190,6 +218,34 @@ _conlock() {
                     return 0
                     ;;
                 --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -402,7 +458,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__run)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --behavior --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -541,6 +597,34 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -549,7 +633,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__sem)
-            opts="-v -q -n -h -V --verbose --quiet --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -n -h -V --verbose --quiet --limit --prefix --session-name --ttl --lock-delay --check --no-checks --timeout --busy-exit-code --value --value-file --shell --kill-signal --kill-grace --monitor-retry --monitor-retry-time --min-hold --max-time --unguarded --events --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -688,6 +772,34 @@ _conlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -696,7 +808,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__status)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -751,6 +863,34 @@ _conlock() {
                     return 0
                     ;;
                 --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -762,7 +902,7 @@ _conlock() {
             return 0
             ;;
         conlock__subcmd__watch)
-            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --help --version"
+            opts="-v -q -h -V --verbose --quiet --key --prefix --kind --json --http-addr --token --token-file --ca-file --ca-path --client-cert --client-key --datacenter --namespace --tls-server-name --backend --endpoints --etcd-cacert --etcd-cert --etcd-key --etcd-user --etcd-password --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -817,6 +957,34 @@ _conlock() {
                     return 0
                     ;;
                 --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "consul etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-password)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

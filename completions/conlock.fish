@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_conlock_global_optspecs
-    string join \n http-addr= token= token-file= ca-file= ca-path= client-cert= client-key= datacenter= namespace= tls-server-name= v/verbose q/quiet h/help V/version
+    string join \n http-addr= token= token-file= ca-file= ca-path= client-cert= client-key= datacenter= namespace= tls-server-name= backend= endpoints= etcd-cacert= etcd-cert= etcd-key= etcd-user= etcd-password= v/verbose q/quiet h/help V/version
 end
 
 function __fish_conlock_needs_command
@@ -34,6 +34,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_need
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -49,11 +57,11 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_need
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l key -d 'The lock key' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l prefix -d 'Use the key PREFIX/.lock, as `consul lock PREFIX` does' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l behavior -d 'Session behavior when it is invalidated' -r -f -a "release\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l behavior -d 'Session behavior when it is invalidated (Consul only) [default: release]' -r -f -a "release\t''
 delete\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2 (etcd: the lease\'s TTL, 2s to 24h, renewed every TTL/3)' -r -f
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder; on etcd, which has none, the cushion conlock waiters keep after a holder that did not let go). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
@@ -76,6 +84,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l no-checks -d 'Tie the session to its TTL only, no health checks'
@@ -86,8 +102,8 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -s n -l limit -d 'Number of slots (1 to 1024)' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l prefix -d 'The semaphore prefix: contender keys PREFIX/<session> and PREFIX/.lock' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l session-name -d 'Session name [default: "conlock: <cmd> on <host>"]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2' -r -f
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l ttl -d 'Session TTL, 10s to 24h; renewed every TTL/2 (etcd: the lease\'s TTL, 2s to 24h, renewed every TTL/3)' -r -f
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l lock-delay -d 'Lock-delay Consul enforces after the session is invalidated (at most 60s; for a semaphore, the cushion conlock waiters give a vanished holder; on etcd, which has none, the cushion conlock waiters keep after a holder that did not let go). Must exceed --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md' -r -f
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l check -d 'Health check to tie the session to (repeatable) [default: serfHealth]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l timeout -d 'Give up waiting after this long (0s: try once) and exit 75 [default: wait forever]; bounds the wait for Consul too (a request gets 2s more to be answered)' -r -f
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l busy-exit-code -d 'Exit code when not acquired within --timeout (0 makes "busy" a success)' -r
@@ -110,6 +126,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l no-checks -d 'Tie the session to its TTL only, no health checks'
@@ -132,6 +156,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l json -d 'Machine-readable output (schema: status.schema.json, see JSON below)'
@@ -152,6 +184,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l json -d 'One JSON object per line'
@@ -173,6 +213,14 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+etcd\t''"
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-cert -d 'Client certificate for etcd [env: ETCDCTL_CERT]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-key -d 'Client key for etcd [env: ETCDCTL_KEY]' -r -F
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-user -d 'etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]' -r
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-password -d 'Password of --etcd-user [env: ETCDCTL_PASSWORD]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -s v -l verbose -d 'Timestamped progress lines on stderr'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -s q -l quiet -d 'No progress and no "busy" message on stderr; errors, warnings, a loss and a kill (--max-time) are still shown'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -s y -l yes -d 'Do not ask for confirmation (required on a non-terminal)'

@@ -4,10 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::claim::etcd_lock::EtcdLock;
 use crate::claim::lock::Lock;
 use crate::claim::semaphore::Semaphore;
 use crate::claim::{HolderValue, MonitorPolicy, Store};
-use crate::cli::{Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs};
+use crate::cli::{
+    Backend, Behavior, Cli, Command, ConnArgs, HoldArgs, Kind, RunArgs, SemArgs, TargetArgs,
+};
 use crate::consul::{Client, ConnConfig, ConnFlags, CONSUL_MAX_LOCK_DELAY};
 use crate::error::{Error, Result};
 use crate::hold::program;
@@ -20,6 +23,8 @@ use crate::ui;
 pub mod man;
 
 pub const TTL_MIN: Duration = Duration::from_secs(10);
+/// etcd's least lease TTL with its default election timeout (it raises shorter ones).
+pub const ETCD_TTL_MIN: Duration = Duration::from_secs(2);
 pub const TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Consul's limit on a KV value.
 pub const MAX_VALUE_BYTES: usize = 512 * 1024;
@@ -56,16 +61,22 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Sem(args) => run_sem(&args.conn.or(&cli.conn), args),
         Command::Status(args) => {
             let t = target(&args.target)?;
-            ops::status::run(&client(&args.conn.or(&cli.conn))?, &t, args.json)
+            let conn = args.conn.or(&cli.conn);
+            consul_only(&conn, "status")?;
+            ops::status::run(&client(&conn)?, &t, args.json)
         }
         Command::Watch(args) => {
             let t = target(&args.target)?;
-            let c = client(&args.conn.or(&cli.conn))?;
+            let conn = args.conn.or(&cli.conn);
+            consul_only(&conn, "watch")?;
+            let c = client(&conn)?;
             ops::watch::run(&c, &t, args.json, &args.handler)
         }
         Command::Break(args) => {
             let t = target(&args.target)?;
-            let c = client(&args.conn.or(&cli.conn))?;
+            let conn = args.conn.or(&cli.conn);
+            consul_only(&conn, "break")?;
+            let c = client(&conn)?;
             ops::brk::run(&c, &t, args.session.as_deref(), args.yes)
         }
         Command::DevServer(a) => {
@@ -187,12 +198,16 @@ fi
 "#;
 
 fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
+    let backend = backend(conn)?;
+    if backend == Backend::Etcd {
+        return run_etcd_lock(conn, args);
+    }
     let key = match (&args.key, &args.prefix) {
         (Some(k), _) => normalize_key(k, "--key")?,
         (None, Some(p)) => format!("{}/.lock", normalize_key(p, "--prefix")?),
         (None, None) => return Err(Error::Usage("give --key or --prefix".into())),
     };
-    let behavior = match args.behavior {
+    let behavior = match args.behavior.unwrap_or(Behavior::Release) {
         Behavior::Release => "release",
         Behavior::Delete => "delete",
     };
@@ -203,7 +218,82 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
 }
 
+/// `run --backend etcd`: the lock `NAME` of `etcdctl lock NAME`.
+fn run_etcd_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
+    if args.prefix.is_some() {
+        return Err(Error::Usage(
+            "--prefix names a `consul lock` prefix; on etcd name the lock with --key NAME (the NAME of `etcdctl lock NAME`)".into(),
+        ));
+    }
+    if args.behavior.is_some() {
+        return Err(not_on_etcd("--behavior"));
+    }
+    let Some(raw) = &args.key else {
+        return Err(Error::Usage("give --key NAME".into()));
+    };
+    let name = etcd_name(raw)?;
+    let mut prepared = prepare(conn, &args.hold, "delete")?;
+    crate::events::install(prepared.events.take(), "lock", &name, &prepared.about);
+    // Once, before anything is held: what the server's version is known to get wrong.
+    prepared.client.warn_known_server_bugs();
+    let lock = EtcdLock::new(name, prepared.value.clone());
+    hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
+}
+
+/// The store `--backend` (or CONLOCK_BACKEND) names, and its options checked: another
+/// store's options are refused, naming the first one given.
+pub fn backend(conn: &ConnArgs) -> Result<Backend> {
+    let backend = match conn.backend {
+        Some(b) => b,
+        None => match std::env::var("CONLOCK_BACKEND") {
+            Ok(v) if v.trim().is_empty() => Backend::Consul,
+            Ok(v) => match v.trim() {
+                "consul" => Backend::Consul,
+                "etcd" => Backend::Etcd,
+                other => {
+                    return Err(Error::Usage(format!(
+                        "CONLOCK_BACKEND={other:?} is not a backend: use consul or etcd"
+                    )))
+                }
+            },
+            Err(_) => Backend::Consul,
+        },
+    };
+    match backend {
+        Backend::Etcd => {
+            if let Some(flag) = conn.first_consul_given() {
+                return Err(not_on_etcd(flag));
+            }
+        }
+        Backend::Consul => {
+            if let Some(flag) = conn.first_etcd_given() {
+                return Err(Error::Usage(format!(
+                    "{flag} is an etcd option; give --backend etcd (or CONLOCK_BACKEND=etcd) to use etcd"
+                )));
+            }
+        }
+    }
+    Ok(backend)
+}
+
+fn not_on_etcd(flag: &str) -> Error {
+    Error::Usage(format!(
+        "{flag} is a Consul option and does not apply with --backend etcd (etcd's connection options: --endpoints, --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password)"
+    ))
+}
+
+/// The operator commands and `sem` do not support etcd yet: said before any request.
+fn consul_only(conn: &ConnArgs, what: &str) -> Result<()> {
+    if backend(conn)? == Backend::Etcd {
+        return Err(Error::Usage(format!(
+            "conlock {what} does not support --backend etcd yet (only conlock run does); use etcdctl meanwhile"
+        )));
+    }
+    Ok(())
+}
+
 fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
+    consul_only(conn, "sem")?;
     let prefix = normalize_key(&args.prefix, "--prefix")?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
     crate::events::install(
@@ -252,7 +342,23 @@ pub struct Prepared {
 
 /// Validates the shared options and builds the client; makes no request.
 pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Result<Prepared> {
-    if hold.ttl < TTL_MIN || hold.ttl > TTL_MAX {
+    let etcd = backend(conn)? == Backend::Etcd;
+    if etcd {
+        let consul_only = [
+            (hold.session_name.is_some(), "--session-name"),
+            (!hold.checks.is_empty(), "--check"),
+            (hold.no_checks, "--no-checks"),
+        ];
+        if let Some((_, flag)) = consul_only.iter().find(|(given, _)| *given) {
+            return Err(not_on_etcd(flag));
+        }
+        if hold.ttl < ETCD_TTL_MIN || hold.ttl > TTL_MAX {
+            return Err(Error::Usage(format!(
+                "--ttl {} is out of range: on etcd conlock accepts 2s to 24h",
+                crate::duration::format(hold.ttl)
+            )));
+        }
+    } else if hold.ttl < TTL_MIN || hold.ttl > TTL_MAX {
         return Err(Error::Usage(format!(
             "--ttl {} is out of range: Consul accepts 10s to 24h",
             crate::duration::format(hold.ttl)
@@ -268,8 +374,9 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     let program = program::resolve(&hold.command, hold.shell)?;
     let host = hostname();
     // Consul applies at most 60 s of lock-delay: promising more would be a lie that
-    // the kill-grace check below would then rely on.
-    let lock_delay = if hold.lock_delay > CONSUL_MAX_LOCK_DELAY {
+    // the kill-grace check below would then rely on. On etcd the cushion is conlock's
+    // own (kept by conlock waiters), without a cap.
+    let lock_delay = if !etcd && hold.lock_delay > CONSUL_MAX_LOCK_DELAY {
         ui::warn(format_args!(
             "--lock-delay {} is more than Consul applies (it caps lock-delays at {}); using {}",
             crate::duration::format(hold.lock_delay),
@@ -303,6 +410,8 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
             "the value is {size} bytes; Consul's limit is {MAX_VALUE_BYTES} bytes (512 KiB)"
         )));
     }
+    // Builds the client (no request yet): the store sets the renewal rhythm.
+    let client = client(conn)?;
     let checks = if hold.no_checks {
         Some(Vec::new())
     } else if hold.checks.is_empty() {
@@ -320,9 +429,10 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
         behavior,
         checks,
         kill_grace: hold.kill_grace,
+        renew_every: client.renew_every(hold.ttl),
+        expiry_delay: client.expiry_delay(lock_delay),
     };
     session.check_timing().map_err(Error::Usage)?;
-    let client = client(conn)?;
     let events = match &hold.events {
         Some(spec) => Some(crate::events::Sink::open(spec).map_err(Error::Usage)?),
         None => None,
@@ -357,8 +467,23 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
     })
 }
 
-/// The store the flags name (Consul today).
+/// The store the flags name; makes no request.
 pub fn client(conn: &ConnArgs) -> Result<Store> {
+    if backend(conn)? == Backend::Etcd {
+        let flags = crate::etcd::EtcdFlags {
+            endpoints: conn.endpoints.clone(),
+            cacert: conn.etcd_cacert.clone(),
+            cert: conn.etcd_cert.clone(),
+            key: conn.etcd_key.clone(),
+            user: conn.etcd_user.clone(),
+            password: conn.etcd_password.clone(),
+            insecure_skip_tls_verify: None,
+        };
+        let cfg =
+            crate::etcd::EtcdConfig::from_env(&flags).map_err(|e| Error::Usage(e.to_string()))?;
+        let c = crate::etcd::EtcdClient::new(cfg).map_err(|e| Error::Usage(e.to_string()))?;
+        return Ok(Store::Etcd(c));
+    }
     let flags = ConnFlags {
         http_addr: conn.http_addr.clone(),
         token: conn.token.clone(),
@@ -373,6 +498,20 @@ pub fn client(conn: &ConnArgs) -> Result<Store> {
     };
     let cfg = ConnConfig::from_env(&flags)?;
     Ok(Store::Consul(Client::new(cfg)?))
+}
+
+/// An etcd lock name, kept as given: etcd keys are plain bytes, and `etcdctl lock /a`
+/// and `etcdctl lock a` are different locks.
+pub fn etcd_name(raw: &str) -> Result<String> {
+    if raw.is_empty() {
+        return Err(Error::Usage("--key must not be empty".into()));
+    }
+    if raw.chars().any(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "--key {raw:?} contains control characters"
+        )));
+    }
+    Ok(raw.to_string())
 }
 
 /// Strips leading slashes as `consul lock` does; rejects keys that name nothing.
@@ -428,6 +567,14 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_names_are_kept_as_given() {
+        assert_eq!(etcd_name("/jobs/x").unwrap(), "/jobs/x");
+        assert_eq!(etcd_name("a//b").unwrap(), "a//b");
+        assert!(etcd_name("").is_err());
+        assert!(etcd_name("a\nb").is_err());
+    }
 
     #[test]
     fn keys_are_normalized() {

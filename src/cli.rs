@@ -30,7 +30,11 @@ Environment (flags win over variables):
   CONSUL_HTTP_SSL_VERIFY   false: do not verify the agent's certificate (testing only)
   CONSUL_TLS_SERVER_NAME   name to expect in the agent's certificate (--tls-server-name)
   CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, CONSUL_CAPATH,
-  CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, CONSUL_DATACENTER, CONSUL_NAMESPACE";
+  CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY, CONSUL_DATACENTER, CONSUL_NAMESPACE
+  CONLOCK_BACKEND          consul (default) or etcd (--backend)
+  ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER,
+  ETCDCTL_PASSWORD         etcd (--endpoints, --etcd-cacert, --etcd-cert, --etcd-key,
+                           --etcd-user, --etcd-password)";
 
 const TOP_EXAMPLES: &str = "\
 Examples:
@@ -52,7 +56,10 @@ The command gets (besides conlock's own environment):
   CONLOCK_MODIFY_INDEX      the fencing token: grows strictly from holder to holder
   CONLOCK_FENCING_TOKEN     the same value, under a name that does not name Consul
   CONLOCK_LOCK_INDEX        Consul's LockIndex (not a safe fencing token)
-  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit";
+  CONLOCK_PREFIX, CONLOCK_LIMIT   sem only: the semaphore's prefix and limit
+On etcd (--backend etcd): CONLOCK_KEY (the lock's name), CONLOCK_SESSION (the lease, in
+hex), CONLOCK_FENCING_TOKEN (the key's create revision), and as etcdctl lock sets them
+ETCD_LOCK_KEY (NAME/<lease hex>) and ETCD_LOCK_REV; not the Consul variables above";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -166,6 +173,33 @@ pub struct ConnArgs {
     /// Name expected in the agent's certificate and sent as SNI, when it differs from the address's host [env: CONSUL_TLS_SERVER_NAME]
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
+    /// The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]
+    #[arg(long, value_enum, value_name = "BACKEND", help_heading = "Store")]
+    pub backend: Option<Backend>,
+    /// etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    #[arg(long, value_name = "URLS", help_heading = "etcd connection")]
+    pub endpoints: Option<String>,
+    /// CA certificate to verify etcd's certificate [env: ETCDCTL_CACERT]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// Client certificate for etcd [env: ETCDCTL_CERT]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Client key for etcd [env: ETCDCTL_KEY]
+    #[arg(long, value_name = "PATH", help_heading = "etcd connection")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user: NAME or NAME:PASSWORD [env: ETCDCTL_USER]
+    #[arg(long, value_name = "USER", help_heading = "etcd connection")]
+    pub etcd_user: Option<String>,
+    /// Password of --etcd-user [env: ETCDCTL_PASSWORD]
+    #[arg(long, value_name = "PASSWORD", help_heading = "etcd connection")]
+    pub etcd_password: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Consul,
+    Etcd,
 }
 
 impl ConnArgs {
@@ -183,11 +217,39 @@ impl ConnArgs {
             datacenter: c.datacenter.or_else(|| outer.datacenter.clone()),
             namespace: c.namespace.or_else(|| outer.namespace.clone()),
             tls_server_name: c.tls_server_name.or_else(|| outer.tls_server_name.clone()),
+            backend: c.backend.or(outer.backend),
+            endpoints: c.endpoints.or_else(|| outer.endpoints.clone()),
+            etcd_cacert: c.etcd_cacert.or_else(|| outer.etcd_cacert.clone()),
+            etcd_cert: c.etcd_cert.or_else(|| outer.etcd_cert.clone()),
+            etcd_key: c.etcd_key.or_else(|| outer.etcd_key.clone()),
+            etcd_user: c.etcd_user.or_else(|| outer.etcd_user.clone()),
+            etcd_password: c.etcd_password.or_else(|| outer.etcd_password.clone()),
         }
     }
 
     /// The first option given, for refusing them where they do not apply.
     pub fn first_given(&self) -> Option<&'static str> {
+        self.first_consul_given()
+            .or_else(|| self.first_etcd_given())
+            .or_else(|| self.backend.is_some().then_some("--backend"))
+    }
+
+    /// The first etcd-only option given.
+    pub fn first_etcd_given(&self) -> Option<&'static str> {
+        [
+            (self.endpoints.is_some(), "--endpoints"),
+            (self.etcd_cacert.is_some(), "--etcd-cacert"),
+            (self.etcd_cert.is_some(), "--etcd-cert"),
+            (self.etcd_key.is_some(), "--etcd-key"),
+            (self.etcd_user.is_some(), "--etcd-user"),
+            (self.etcd_password.is_some(), "--etcd-password"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+
+    /// The first Consul-only connection option given.
+    pub fn first_consul_given(&self) -> Option<&'static str> {
         [
             (self.http_addr.is_some(), "--http-addr"),
             (self.token.is_some(), "--token"),
@@ -229,11 +291,12 @@ pub struct HoldArgs {
     /// Session name [default: "conlock: <cmd> on <host>"]
     #[arg(long, value_name = "NAME")]
     pub session_name: Option<String>,
-    /// Session TTL, 10s to 24h; renewed every TTL/2
+    /// Session TTL, 10s to 24h; renewed every TTL/2 (etcd: the lease's TTL, 2s to 24h, renewed every TTL/3)
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Lock-delay Consul enforces after the session is invalidated (at most 60s; for a
-    /// semaphore, the cushion conlock waiters give a vanished holder). Must exceed
+    /// semaphore, the cushion conlock waiters give a vanished holder; on etcd, which has
+    /// none, the cushion conlock waiters keep after a holder that did not let go). Must exceed
     /// --kill-grace by a margin: see /usr/share/doc/conlock/docs/safety.md
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, value_hint = clap::ValueHint::Other, allow_hyphen_values = true)]
     pub lock_delay: Duration,
@@ -297,9 +360,9 @@ pub struct RunArgs {
     /// Use the key PREFIX/.lock, as `consul lock PREFIX` does
     #[arg(long, value_name = "PREFIX")]
     pub prefix: Option<String>,
-    /// Session behavior when it is invalidated
-    #[arg(long, value_enum, default_value = "release")]
-    pub behavior: Behavior,
+    /// Session behavior when it is invalidated (Consul only) [default: release]
+    #[arg(long, value_enum)]
+    pub behavior: Option<Behavior>,
     #[command(flatten)]
     pub hold: HoldArgs,
     #[command(flatten)]

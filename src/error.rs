@@ -1,6 +1,7 @@
 //! Failures that end conlock, and the exit codes they map to.
 
 use crate::consul::{ConfigError, ConsulError};
+use crate::etcd::EtcdError;
 
 pub mod exit {
     pub const BUSY: i32 = 75;
@@ -62,6 +63,12 @@ impl From<ConsulError> for Error {
     }
 }
 
+impl From<EtcdError> for Error {
+    fn from(e: EtcdError) -> Error {
+        Error::Store(e.into())
+    }
+}
+
 /// A failure of the store (`crate::claim::store::Store`), as the layers above the claims
 /// see it: what they branch on, without the backend's wire types. Shown as the
 /// backend's own message.
@@ -69,6 +76,8 @@ impl From<ConsulError> for Error {
 pub enum StoreError {
     #[error(transparent)]
     Consul(#[from] ConsulError),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
 }
 
 impl StoreError {
@@ -77,6 +86,7 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Consul(e) => e.is_retryable(),
+            StoreError::Etcd(e) => e.is_retryable(),
         }
     }
 
@@ -84,6 +94,7 @@ impl StoreError {
     pub fn cut_short(&self) -> bool {
         match self {
             StoreError::Consul(e) => e.cut_short(),
+            StoreError::Etcd(e) => e.cut_short(),
         }
     }
 
@@ -91,6 +102,13 @@ impl StoreError {
     pub fn is_server_error(&self) -> bool {
         match self {
             StoreError::Consul(e) => matches!(e, ConsulError::Server { .. }),
+            StoreError::Etcd(e) => matches!(
+                e,
+                EtcdError::Status {
+                    http_status: 500..,
+                    ..
+                }
+            ),
         }
     }
 
@@ -98,6 +116,7 @@ impl StoreError {
     pub fn is_session_not_found(&self) -> bool {
         match self {
             StoreError::Consul(e) => e.is_invalid_session(),
+            StoreError::Etcd(e) => e.is_lease_not_found(),
         }
     }
 }

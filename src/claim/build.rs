@@ -1,6 +1,7 @@
 //! `ClaimSpec::build`: apart from mod.rs, so that the claims (which use mod.rs's trait)
 //! and the definitions they implement do not import each other.
 
+use super::etcd_lock::EtcdLock;
 use super::lock::Lock;
 use super::semaphore::Semaphore;
 use super::{Claim, ClaimSpec, HolderValue};
@@ -15,6 +16,9 @@ impl ClaimSpec {
                 limit,
                 value: HolderValue::Given(Vec::new()),
             }),
+            ClaimSpec::EtcdLock { name } => {
+                Box::new(EtcdLock::new(name, HolderValue::Given(Vec::new())))
+            }
         }
     }
 }

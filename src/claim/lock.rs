@@ -388,7 +388,9 @@ impl Claim for Lock {
         }
     }
 
-    fn env(&self, _held: &Held, _session_id: &str) -> Vec<(String, String)> {
-        vec![("CONLOCK_KEY".to_string(), self.key.clone())]
+    fn env(&self, held: &Held, _session_id: &str) -> Vec<(String, String)> {
+        let mut env = claim::consul_env(held);
+        env.push(("CONLOCK_KEY".to_string(), self.key.clone()));
+        env
     }
 }

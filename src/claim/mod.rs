@@ -4,6 +4,7 @@
 
 mod build;
 pub mod describe;
+pub mod etcd_lock;
 pub mod inspect;
 pub mod lock;
 pub mod lockdelay;
@@ -98,14 +99,39 @@ pub trait SessionHandle {
     fn lock_delay(&self) -> Duration;
 }
 
+/// The variables a Consul claim's child gets beside the common ones (as `consul lock`
+/// sets CONSUL_LOCK_HELD; the ModifyIndex under its Consul name).
+pub fn consul_env(held: &Held) -> Vec<(String, String)> {
+    vec![
+        (
+            "CONLOCK_LOCK_INDEX".to_string(),
+            held.lock_index.to_string(),
+        ),
+        (
+            "CONLOCK_MODIFY_INDEX".to_string(),
+            held.fencing_token.to_string(),
+        ),
+        ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
+    ]
+}
+
 /// Where a monitor reports a loss (the hold life cycle stops the command).
 pub type LossReport = Arc<dyn Fn(String) + Send + Sync>;
 
 /// A claim as data: what the guardian must give back if conlock dies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ClaimSpec {
-    Lock { key: String },
-    Semaphore { prefix: String, limit: u32 },
+    Lock {
+        key: String,
+    },
+    Semaphore {
+        prefix: String,
+        limit: u32,
+    },
+    /// The etcd lock `NAME` (keys `NAME/<lease hex>`).
+    EtcdLock {
+        name: String,
+    },
 }
 
 impl ClaimSpec {
@@ -114,6 +140,7 @@ impl ClaimSpec {
         match self {
             ClaimSpec::Lock { key } => format!("the lock {key:?}"),
             ClaimSpec::Semaphore { prefix, .. } => format!("a slot of semaphore {prefix:?}"),
+            ClaimSpec::EtcdLock { name } => format!("the lock {name:?}"),
         }
     }
 }

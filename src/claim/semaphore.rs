@@ -774,12 +774,14 @@ impl Claim for Semaphore {
         }
     }
 
-    fn env(&self, _held: &Held, session_id: &str) -> Vec<(String, String)> {
-        vec![
+    fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)> {
+        let mut env = super::consul_env(held);
+        env.extend([
             ("CONLOCK_KEY".to_string(), self.contender_key(session_id)),
             ("CONLOCK_PREFIX".to_string(), self.prefix.clone()),
             ("CONLOCK_LIMIT".to_string(), self.limit.to_string()),
-        ]
+        ]);
+        env
     }
 }
 

@@ -1,7 +1,7 @@
 //! The store seam: the one handle the hold life cycle (`crate::hold`) and the operator
 //! commands (`crate::ops`) get, whatever the store. They see sessions (etcd: leases) by
 //! ID, deadlines and neutral errors (`StoreError`); the wire types stay below, in
-//! `crate::consul` (and, once wired in, `crate::etcd`).
+//! `crate::consul` and `crate::etcd`.
 
 use std::time::{Duration, Instant};
 
@@ -9,17 +9,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::consul::{self, SessionRequest};
 pub use crate::error::StoreError;
+use crate::etcd::{EtcdClient, EtcdConfig, EtcdError};
 
 /// A connection to the store.
 #[derive(Debug, Clone)]
 pub enum Store {
     Consul(consul::Client),
+    /// etcd v3 through its JSON gateway: sessions are leases, shown as lower-case hex
+    /// (etcdctl's key suffix).
+    Etcd(EtcdClient),
 }
 
 /// The connection settings as data: what the guardian rebuilds its store from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum StoreConfig {
     Consul(consul::ConnConfig),
+    Etcd(EtcdConfig),
 }
 
 /// What a session (etcd: a lease) is created with.
@@ -41,24 +46,64 @@ pub struct Renewed {
     pub ttl: Option<Duration>,
 }
 
+/// Tries of a lease grant that failed in a way that may pass.
+const ETCD_GRANT_TRIES: u32 = 3;
+const ETCD_GRANT_PAUSE: Duration = Duration::from_millis(500);
+
+/// A lease ID as conlock shows and stores it: lower-case hex, as etcdctl's key suffix.
+pub fn lease_hex(id: i64) -> String {
+    format!("{id:x}")
+}
+
+/// A lease ID from its hex form (`None`: not one of ours).
+pub fn lease_id(hex: &str) -> Option<i64> {
+    i64::from_str_radix(hex, 16).ok().filter(|id| *id > 0)
+}
+
+/// etcd's TTLs are whole seconds: the TTL asked for, rounded up (a longer lease only
+/// expires later; conlock's deadline keeps counting with the shorter one).
+pub fn etcd_ttl_secs(ttl: Duration) -> i64 {
+    let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    s.max(1) as i64
+}
+
 impl Store {
     /// Connects again from settings passed as data (the guardian).
     pub fn from_config(cfg: StoreConfig) -> Result<Store, StoreError> {
         match cfg {
             StoreConfig::Consul(c) => Ok(Store::Consul(consul::Client::new(c)?)),
+            StoreConfig::Etcd(c) => Ok(Store::Etcd(EtcdClient::new(c)?)),
         }
     }
 
     pub fn config(&self) -> StoreConfig {
         match self {
             Store::Consul(c) => StoreConfig::Consul(c.config().clone()),
+            Store::Etcd(c) => StoreConfig::Etcd(c.config().clone()),
         }
     }
 
-    /// The Consul client, for the claims' Consul code.
+    /// The backend's name, for messages: `consul` or `etcd`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Consul(_) => "consul",
+            Store::Etcd(_) => "etcd",
+        }
+    }
+
+    /// The Consul client, for the claims' Consul code (which is only built on Consul).
     pub(super) fn consul(&self) -> &consul::Client {
         match self {
             Store::Consul(c) => c,
+            Store::Etcd(_) => panic!("a Consul claim on an etcd store"),
+        }
+    }
+
+    /// The etcd client, for the claims' etcd code (which is only built on etcd).
+    pub(super) fn etcd(&self) -> &EtcdClient {
+        match self {
+            Store::Etcd(c) => c,
+            Store::Consul(_) => panic!("an etcd claim on a Consul store"),
         }
     }
 
@@ -89,6 +134,27 @@ impl Store {
                     },
                 )?)
             }
+            Store::Etcd(c) => {
+                let mut tries = 1;
+                loop {
+                    on_try();
+                    match c.lease_grant(etcd_ttl_secs(opts.ttl)) {
+                        Ok(r) => return Ok(lease_hex(r.id)),
+                        Err(e)
+                            if e.is_retryable()
+                                && tries < ETCD_GRANT_TRIES
+                                && !c
+                                    .deadline()
+                                    .is_some_and(|d| Instant::now() + ETCD_GRANT_PAUSE >= d) =>
+                        {
+                            crate::ui::notice(format_args!("granting a lease: {e}; retrying"));
+                            tries += 1;
+                            std::thread::sleep(ETCD_GRANT_PAUSE);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
         }
     }
 
@@ -102,13 +168,47 @@ impl Store {
             Store::Consul(c) => Ok(c.session_renew(id, timeout)?.map(|e| Renewed {
                 ttl: crate::duration::parse(&e.ttl).ok(),
             })),
+            Store::Etcd(c) => {
+                let Some(lease) = lease_id(id) else {
+                    return Ok(None);
+                };
+                // Bounded in all by `timeout`, with room for a second endpoint when the
+                // first hangs (a follower forwarding to a frozen leader).
+                let mut c = c.with_deadline(
+                    Instant::now() + timeout,
+                    "a keepalive is bounded by the renewal's timeout",
+                );
+                c.request_timeout = c
+                    .request_timeout
+                    .min((timeout / 2).max(Duration::from_millis(500)));
+                // One keepalive: a positive TTL means renewed; 0 (absent) means gone.
+                match c.lease_keepalive_once(lease) {
+                    Ok(ttl) if ttl > 0 => Ok(Some(Renewed {
+                        ttl: Some(Duration::from_secs(ttl as u64)),
+                    })),
+                    Ok(_) => Ok(None),
+                    Err(e) if e.is_lease_not_found() => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
         }
     }
 
-    /// Ends a session: what it held is freed (Consul: after its lock-delay).
+    /// Ends a session: what it held is freed (Consul: after its lock-delay; etcd: at
+    /// once, its keys deleted).
     pub fn destroy_session(&self, id: &str) -> Result<(), StoreError> {
         match self {
             Store::Consul(c) => c.session_destroy(id).map(|_| ()).map_err(Into::into),
+            Store::Etcd(c) => {
+                let Some(lease) = lease_id(id) else {
+                    return Ok(());
+                };
+                match c.lease_revoke(lease) {
+                    Ok(_) => Ok(()),
+                    Err(EtcdError::LeaseNotFound { .. }) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            }
         }
     }
 
@@ -117,30 +217,80 @@ impl Store {
     pub fn with_deadline(&self, deadline: Instant, limit: &str) -> Store {
         match self {
             Store::Consul(c) => Store::Consul(c.with_deadline(deadline, limit)),
+            Store::Etcd(c) => Store::Etcd(c.with_deadline(deadline, limit)),
         }
     }
 
     /// When calls must end (see `with_deadline`).
     pub fn deadline(&self) -> Option<Instant> {
-        self.consul().deadline()
+        match self {
+            Store::Consul(c) => c.deadline(),
+            Store::Etcd(c) => c.deadline(),
+        }
     }
 
     /// The same store on connections of its own (for a monitor's long reads).
     pub fn with_own_connections(&self) -> Store {
         match self {
             Store::Consul(c) => Store::Consul(c.with_own_connections()),
+            Store::Etcd(c) => Store::Etcd(c.with_own_connections()),
         }
     }
 
     /// The timeout of a request that does not block.
     pub fn request_timeout(&self) -> Duration {
-        self.consul().request_timeout
+        match self {
+            Store::Consul(c) => c.request_timeout,
+            Store::Etcd(c) => c.request_timeout,
+        }
     }
 
-    /// The most lock-delay the store applies, whatever a session asked for.
+    /// The most lock-delay the store applies, whatever a session asked for. etcd applies
+    /// none; conlock's own cushion (kept by conlock waiters) has no cap.
     pub fn max_lock_delay(&self) -> Duration {
         match self {
             Store::Consul(_) => consul::CONSUL_MAX_LOCK_DELAY,
+            Store::Etcd(_) => Duration::MAX,
+        }
+    }
+
+    /// How often a session is renewed: Consul's api renews every TTL/2, clientv3 keeps a
+    /// lease alive every TTL/3.
+    pub fn renew_every(&self, ttl: Duration) -> Duration {
+        match self {
+            Store::Consul(_) => ttl / 2,
+            Store::Etcd(_) => ttl / 3,
+        }
+    }
+
+    /// How long after a session expires by its TTL the store still keeps others out:
+    /// Consul applies the session's lock-delay; etcd frees the keys at once.
+    pub fn expiry_delay(&self, lock_delay: Duration) -> Duration {
+        match self {
+            Store::Consul(_) => lock_delay,
+            Store::Etcd(_) => Duration::ZERO,
+        }
+    }
+
+    /// Why a renewal's answer means the session is gone, for messages.
+    pub fn session_gone(&self, id: &str) -> String {
+        match self {
+            Store::Consul(_) => format!("session {id} was invalidated (Consul no longer knows it)"),
+            Store::Etcd(_) => {
+                format!("lease {id} is gone (etcd no longer knows it: it expired or was revoked)")
+            }
+        }
+    }
+
+    /// Says once, on stderr, what the server is known to get wrong (etcd older than the
+    /// releases that fixed its lease bugs). Not fatal; a failed look says nothing.
+    pub fn warn_known_server_bugs(&self) {
+        if let Store::Etcd(c) = self {
+            if let Ok(v) = c.version() {
+                if let Some(w) = crate::etcd::version::old_server_warning(&v.etcdserver) {
+                    crate::ui::warn(format_args!("{w}"));
+                }
+            }
         }
     }
 }

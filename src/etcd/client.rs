@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -37,6 +37,8 @@ pub struct EtcdClient {
     token: Arc<Mutex<Option<(usize, String)>>>,
     /// Timeout of each request to one endpoint (the next endpoint gets as long again).
     pub request_timeout: Duration,
+    /// No call lasts past this (see `with_deadline`), and what set it, for messages.
+    deadline: Option<(Instant, Arc<str>)>,
 }
 
 /// How long a request may take.
@@ -75,7 +77,39 @@ impl EtcdClient {
             preferred: Arc::new(AtomicUsize::new(0)),
             token: Arc::new(Mutex::new(None)),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            deadline: None,
         })
+    }
+
+    /// The same client whose calls all end by `deadline` (one already past fails at
+    /// once with `CutShort`); `limit` says what set it, in messages.
+    pub fn with_deadline(&self, deadline: Instant, limit: &str) -> EtcdClient {
+        EtcdClient {
+            deadline: Some((deadline, limit.into())),
+            ..self.clone()
+        }
+    }
+
+    /// When calls must end (see `with_deadline`).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.as_ref().map(|(d, _)| *d)
+    }
+
+    /// The timeout of the next request: the request timeout, cut to the deadline.
+    fn timeout_now(&self, what: &str) -> Result<Duration> {
+        match &self.deadline {
+            None => Ok(self.request_timeout),
+            Some((d, limit)) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(EtcdError::CutShort {
+                        what: what.to_string(),
+                        limit: limit.to_string(),
+                    });
+                }
+                Ok(self.request_timeout.min(left))
+            }
+        }
     }
 
     /// The same client with a pool of connections of its own (for a thread that holds a
@@ -302,6 +336,15 @@ impl EtcdClient {
         for k in 0..n {
             let i = (start + k) % n;
             let ep = &self.cfg.endpoints[i];
+            if k > 0 || self.deadline.is_some() {
+                // A deadline that passed ends the call here, not after another endpoint.
+                if let Err(e) = self.timeout_now(what) {
+                    if k == 0 {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
             match self.attempt(i, method, path, body, what, mode) {
                 Ok(resp) => {
                     self.preferred.store(i, Ordering::Relaxed);
@@ -452,7 +495,7 @@ impl EtcdClient {
         mode: Mode,
     ) -> std::result::Result<ureq::http::Response<ureq::Body>, Failure> {
         let url = format!("{}{}", self.cfg.endpoints[i], path);
-        let t = self.request_timeout;
+        let t = self.timeout_now(path).map_err(Failure::Final)?;
         let result = if method == "GET" {
             let mut req = self.agent.get(&url);
             if let Some(tok) = token {
@@ -612,7 +655,7 @@ impl EtcdClient {
                 .map(|f| f.origin.as_str())
                 .collect();
             if origins.is_empty() {
-                detail.push_str(" (check --cacert/ETCDCTL_CACERT)");
+                detail.push_str(" (check --etcd-cacert/ETCDCTL_CACERT)");
             } else {
                 detail.push_str(&format!(" (check {})", origins.join(", ")));
             }
@@ -874,6 +917,26 @@ mod tests {
     use super::*;
     use crate::etcd::config::EtcdFlags;
 
+    /// A deadline that passed ends a call before any connection (a listener of the
+    /// test sees none), as `CutShort`; one in the future leaves calls alone.
+    #[test]
+    fn a_passed_deadline_cuts_calls_short_without_a_request() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let flags = EtcdFlags {
+            endpoints: Some(format!("http://{}", l.local_addr().unwrap())),
+            ..Default::default()
+        };
+        let c = EtcdClient::new(EtcdConfig::resolve(&flags, &|_| None).unwrap()).unwrap();
+        let past = c.with_deadline(Instant::now() - Duration::from_millis(1), "--timeout 0s");
+        assert!(past.deadline().is_some());
+        let e = past.range(&RangeRequest::key("k")).unwrap_err();
+        assert!(e.cut_short(), "{e:?}");
+        assert!(e.to_string().contains("--timeout 0s"), "{e}");
+        assert!(l.accept().is_err(), "a request was sent after the deadline");
+        assert!(c.deadline().is_none());
+    }
+
     /// A recorded answer of etcd 3.4.23 (tests/fixtures/etcd-3.4.23, see its README).
     fn fixture(name: &str) -> (u16, String) {
         let path = format!(
@@ -1046,7 +1109,7 @@ mod tests {
         let without = client(&[]);
         let e = error_of(&without, "auth-no-token");
         assert!(matches!(e, EtcdError::Auth { .. }), "{e:?}");
-        assert!(e.to_string().contains("ETCDCTL_USER or --user"), "{e}");
+        assert!(e.to_string().contains("ETCDCTL_USER or --etcd-user"), "{e}");
         let r: RangeResponse = ok("auth-range-with-token");
         assert_eq!(r.kvs.len(), 1);
     }

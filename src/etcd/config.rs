@@ -21,13 +21,13 @@ pub struct EtcdFlags {
 }
 
 /// A file setting and the flag or variable it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdFile {
     pub path: PathBuf,
     pub origin: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdTls {
     pub cacert: Option<EtcdFile>,
     pub cert: Option<EtcdFile>,
@@ -36,7 +36,7 @@ pub struct EtcdTls {
     pub verify: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdUser {
     pub name: String,
     pub password: String,
@@ -47,7 +47,7 @@ pub struct EtcdUser {
 }
 
 /// Resolved connection settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdConfig {
     /// Base URLs, `http(s)://host:port` without a trailing slash, in the order given.
     pub endpoints: Vec<String>,
@@ -141,9 +141,9 @@ impl EtcdConfig {
             (None, None) => false,
         };
         let tls = EtcdTls {
-            cacert: file(&flags.cacert, "--cacert", "ETCDCTL_CACERT"),
-            cert: file(&flags.cert, "--cert", "ETCDCTL_CERT"),
-            key: file(&flags.key, "--key", "ETCDCTL_KEY"),
+            cacert: file(&flags.cacert, "--etcd-cacert", "ETCDCTL_CACERT"),
+            cert: file(&flags.cert, "--etcd-cert", "ETCDCTL_CERT"),
+            key: file(&flags.key, "--etcd-key", "ETCDCTL_KEY"),
             verify: !skip_verify,
         };
 
@@ -163,10 +163,10 @@ impl EtcdConfig {
     pub fn user_hint(&self) -> String {
         match &self.user {
             Some(u) => format!(
-                "check the user {:?} (from {}) and its password (from {}): ETCDCTL_USER/--user (name or name:password), ETCDCTL_PASSWORD/--password",
+                "check the user {:?} (from {}) and its password (from {}): ETCDCTL_USER/--etcd-user (name or name:password), ETCDCTL_PASSWORD/--etcd-password",
                 u.name, u.origin, u.password_origin
             ),
-            None => "no user was given: set ETCDCTL_USER or --user (name or name:password)".into(),
+            None => "no user was given: set ETCDCTL_USER or --etcd-user (name or name:password)".into(),
         }
     }
 }
@@ -176,12 +176,12 @@ fn resolve_user(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<EtcdUser>, EtcdConfigError> {
     let (raw, origin) = match (&flags.user, env("ETCDCTL_USER")) {
-        (Some(u), _) => (Some(u.clone()), "--user"),
+        (Some(u), _) => (Some(u.clone()), "--etcd-user"),
         (None, Some(u)) => (Some(u), "ETCDCTL_USER"),
         (None, None) => (None, ""),
     };
     let (password, password_origin) = match (&flags.password, env("ETCDCTL_PASSWORD")) {
-        (Some(p), _) => (Some(p.clone()), "--password"),
+        (Some(p), _) => (Some(p.clone()), "--etcd-password"),
         (None, Some(p)) => (Some(p), "ETCDCTL_PASSWORD"),
         (None, None) => (None, ""),
     };
@@ -366,7 +366,7 @@ mod tests {
         };
         let c = resolve(&flags, &[("ETCDCTL_USER", "root:pw")]).unwrap();
         assert_eq!(c.user.as_ref().unwrap().name, "alice");
-        assert!(c.user_hint().contains("--user"));
+        assert!(c.user_hint().contains("--etcd-user"));
         let err = resolve(&EtcdFlags::default(), &[("ETCDCTL_USER", "root")]).unwrap_err();
         assert!(
             err.to_string().contains("ETCDCTL_USER")
@@ -395,7 +395,7 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(c.tls.cacert.unwrap().origin, "--cacert");
+        assert_eq!(c.tls.cacert.unwrap().origin, "--etcd-cacert");
         assert_eq!(c.tls.cert.unwrap().origin, "ETCDCTL_CERT");
         assert_eq!(c.tls.key.unwrap().path, PathBuf::from("/e/k.pem"));
         assert!(!c.tls.verify);

@@ -65,6 +65,9 @@ pub enum EtcdError {
     },
     #[error("cannot set up TLS for etcd: {0}")]
     Tls(String),
+    /// The client's own deadline (`EtcdClient::with_deadline`) ended the call.
+    #[error("{what} not completed: {limit}")]
+    CutShort { what: String, limit: String },
 }
 
 impl EtcdError {
@@ -79,6 +82,16 @@ impl EtcdError {
             } => *grpc_code == grpc::UNAVAILABLE || *http_status == 503,
             _ => false,
         }
+    }
+
+    /// The client's deadline ended the call, not etcd.
+    pub fn cut_short(&self) -> bool {
+        matches!(self, EtcdError::CutShort { .. })
+    }
+
+    /// etcd says the lease does not exist (any more).
+    pub fn is_lease_not_found(&self) -> bool {
+        matches!(self, EtcdError::LeaseNotFound { .. })
     }
 }
 

@@ -5,6 +5,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod types;
+pub mod version;
 
 pub use client::{EtcdClient, WatchStream};
 pub use config::{EtcdConfig, EtcdConfigError, EtcdFlags};

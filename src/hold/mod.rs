@@ -280,21 +280,14 @@ fn start_command(
     for e in pending {
         let _ = tx.send(e);
     }
+    // The store's own variables (Consul's indexes, etcdctl's ETCD_LOCK_*) come from the
+    // claim.
     let mut env = vec![
         ("CONLOCK_SESSION".to_string(), session_id.clone()),
-        (
-            "CONLOCK_LOCK_INDEX".to_string(),
-            held.lock_index.to_string(),
-        ),
-        (
-            "CONLOCK_MODIFY_INDEX".to_string(),
-            held.fencing_token.to_string(),
-        ),
         (
             "CONLOCK_FENCING_TOKEN".to_string(),
             held.fencing_token.to_string(),
         ),
-        ("CONSUL_LOCK_HELD".to_string(), "true".to_string()),
     ];
     env.extend(claim.env(&held, &session_id));
 

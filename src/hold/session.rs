@@ -1,13 +1,15 @@
-//! Session keeping: create a Consul session, renew it every TTL/2, confirm the claim with
-//! consistent reads while holding, and know until when the command may safely run.
+//! Session keeping: create a session (etcd: a lease), renew it at the store's rhythm
+//! (Consul TTL/2, etcd TTL/3), confirm the claim with consistent reads while holding, and
+//! know until when the command may safely run.
 //!
-//! Another contender can take the claim no earlier than the effective lock-delay after
-//! our session ends (the lock-delay Consul applies; the cushion conlock waiters keep for
-//! a semaphore slot), and the session cannot end before the last confirmation we sent
-//! (a consistent read showing us holding) nor, by TTL, before TTL after the last renewal
-//! we sent. So the command must be dead by
-//! `min(renewed + TTL, confirmed) + lock-delay - margin`; the stop signal goes out
-//! `--kill-grace` before that (`Session::deadline`). See docs/safety.md.
+//! An end of the session that is not ours lets another contender in no earlier than the
+//! effective lock-delay after it (the lock-delay Consul applies; the cushion conlock
+//! waiters keep), and it cannot come before the last confirmation we sent (a consistent
+//! read showing us holding). An expiry by TTL comes no earlier than TTL after the last
+//! renewal we sent, and lets another in `expiry_delay` later (Consul: the lock-delay;
+//! etcd: at once). So the command must be dead by
+//! `min(renewed + TTL + expiry_delay, confirmed + lock-delay) - margin`; the stop signal
+//! goes out `--kill-grace` before that (`Session::deadline`). See docs/safety.md.
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
@@ -38,13 +40,38 @@ pub struct SessionSpec {
     pub checks: Option<Vec<String>>,
     /// `--kill-grace`: from the stop signal to SIGKILL.
     pub kill_grace: Duration,
+    /// How often the session is renewed (the store's rhythm: Consul TTL/2, etcd TTL/3).
+    pub renew_every: Duration,
+    /// How long after an expiry by TTL the store keeps others out (Consul: the
+    /// lock-delay; etcd: nothing).
+    pub expiry_delay: Duration,
 }
 
 impl SessionSpec {
     /// Kept between SIGKILL and the earliest moment another holder could start: clock
     /// rate differences, the kernel delivering SIGKILL, our own wake-up latency.
     pub fn margin(&self) -> Duration {
-        (self.lock_delay / 20).clamp(Duration::from_millis(200), Duration::from_secs(1))
+        // Where an expiry frees the claim at once (etcd), the margin also covers the
+        // clock rate difference over the TTL.
+        let base = if self.ttl_binds() {
+            self.lock_delay.max(self.ttl)
+        } else {
+            self.lock_delay
+        };
+        (base / 20).clamp(Duration::from_millis(200), Duration::from_secs(1))
+    }
+
+    /// Whether an expiry by TTL frees the claim sooner than the lock-delay would (etcd).
+    fn ttl_binds(&self) -> bool {
+        self.expiry_delay < self.lock_delay
+    }
+
+    /// How long the command may run after the last renewal before it gets the stop
+    /// signal: TTL + expiry_delay - kill-grace - margin.
+    pub fn ttl_window(&self) -> Duration {
+        (self.ttl + self.expiry_delay)
+            .saturating_sub(self.kill_grace)
+            .saturating_sub(self.margin())
     }
 
     /// How long the command may run after the last confirmation before it gets the stop
@@ -64,12 +91,32 @@ impl SessionSpec {
 
     /// Refuses timings that cannot keep the command dead before another holder starts.
     pub fn check_timing(&self) -> Result<(), String> {
+        let f = crate::duration::format;
         if self.window() >= MIN_WINDOW {
+            // Where an expiry frees the claim at once, after a renewal the command may
+            // run TTL - kill-grace - margin: one and a half renewal intervals must fit,
+            // so that one renewal can fail and be retried before the stop signal.
+            let need = self.renew_every * 3 / 2;
+            if self.ttl_binds() && self.ttl_window() < need {
+                return Err(format!(
+                    "--kill-grace {} and the safety margin {} leave only {} of the TTL {} after a renewal: an expired lease frees the lock at once, conlock renews every {}, and one and a half renewal intervals ({}) must fit; raise --ttl or lower --kill-grace (--kill-grace plus the margin must be at most half the TTL)",
+                    f(self.kill_grace),
+                    f(self.margin()),
+                    f(self.ttl_window()),
+                    f(self.ttl),
+                    f(self.renew_every),
+                    f(need),
+                ));
+            }
             return Ok(());
         }
-        let f = crate::duration::format;
+        let cap = if self.ttl_binds() {
+            "etcd applies none: it is conlock's own cushion"
+        } else {
+            "Consul applies at most 60s"
+        };
         Err(format!(
-            "--kill-grace {} does not fit inside the lock-delay {}: after the last confirmation of the lock conlock needs at least {} to confirm it again, plus {} of safety margin, plus the grace, before another holder may start; raise --lock-delay (Consul applies at most 60s) or lower --kill-grace",
+            "--kill-grace {} does not fit inside the lock-delay {}: after the last confirmation of the lock conlock needs at least {} to confirm it again, plus {} of safety margin, plus the grace, before another holder may start; raise --lock-delay ({cap}) or lower --kill-grace",
             f(self.kill_grace),
             f(self.lock_delay),
             f(MIN_WINDOW),
@@ -246,9 +293,10 @@ impl Session {
         s.on_lost = Some(tx);
     }
 
-    /// Whether the last renewal is older than TTL/2 (`start_holding` should renew first).
+    /// Whether the last renewal is older than the renewal interval (`start_holding`
+    /// should renew first).
     pub fn renewal_due(&self) -> bool {
-        self.state().renewed_at.elapsed() > self.shared.spec.ttl / 2
+        self.state().renewed_at.elapsed() > self.shared.spec.renew_every
     }
 
     /// Holding from now on: renews (at once if `renew_first`, given when `renewal_due`, so
@@ -388,8 +436,9 @@ impl Drop for Session {
 }
 
 fn deadline(s: &State, spec: &SessionSpec) -> BootInstant {
-    let by_ttl = s.renewed_at + spec.ttl;
-    s.confirmed_at.map_or(by_ttl, |c| c.min(by_ttl)) + spec.window()
+    let by_ttl = s.renewed_at + spec.ttl_window();
+    s.confirmed_at
+        .map_or(by_ttl, |c| (c + spec.window()).min(by_ttl))
 }
 
 /// A renewal sent at `sent` succeeded.
@@ -423,21 +472,22 @@ enum Job {
     Confirm,
 }
 
-/// Renews every TTL/2 and, while holding, confirms every `confirm_every`. Every request
+/// Renews every `renew_every` and, while holding, confirms every `confirm_every`. Every request
 /// is bounded by `confirm_every`, so one that hangs cannot delay the next confirmation.
 fn renew_loop(shared: &Shared) {
     let spec = &shared.spec;
     let ttl = spec.ttl;
+    let renew_every = spec.renew_every;
     let every = spec.confirm_every();
     let retry_every = (ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(1));
     // A renewal shares the thread with the confirmations: it never delays the next one
-    // (renewals have TTL/2 of slack for retries).
+    // (renewals have TTL/2 (Consul) or 2TTL/3 (etcd) of slack for retries).
     let renew_timeout = (ttl / 3).min(Duration::from_secs(5)).min(every);
     // A confirmation may take longer (a busy agent) but never past the deadline, when it
     // would be too late anyway.
     let bound = every.max(Duration::from_millis(500));
     let confirm_retry = (every / 3).max(Duration::from_millis(50));
-    let mut next = Instant::now() + ttl / 2;
+    let mut next = Instant::now() + renew_every;
     let mut next_confirm: Option<Instant> = None;
     loop {
         let (id, job) = {
@@ -449,7 +499,7 @@ fn renew_loop(shared: &Shared) {
                 let now = Instant::now();
                 // A renewal made elsewhere (`start_holding`) counts too: without this
                 // a waiter that acquired after a long wait renewed twice in a row.
-                let due = (s.renewed_at + ttl / 2).to_instant();
+                let due = (s.renewed_at + renew_every).to_instant();
                 if s.paused || due > next {
                     next = due;
                 }
@@ -478,7 +528,7 @@ fn renew_loop(shared: &Shared) {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
                 if s.id != before {
-                    next = Instant::now() + ttl / 2;
+                    next = Instant::now() + renew_every;
                 }
             }
         };
@@ -494,12 +544,9 @@ fn renew_loop(shared: &Shared) {
                 match result {
                     Ok(Some(_)) => {
                         renewed(&mut s, spec, sent_boot);
-                        next = sent + ttl / 2;
+                        next = sent + renew_every;
                     }
-                    Ok(None) => set_lost(
-                        &mut s,
-                        format!("session {id} was invalidated (Consul no longer knows it)"),
-                    ),
+                    Ok(None) => set_lost(&mut s, shared.client.session_gone(&id)),
                     Err(e) => {
                         ui::verbose(format_args!("renewing session {id} failed: {e}; retrying"));
                         next = Instant::now() + retry_every;
@@ -561,7 +608,53 @@ mod tests {
             behavior: "release",
             checks: None,
             kill_grace: Duration::from_millis(grace_ms),
+            renew_every: Duration::from_secs(ttl) / 2,
+            expiry_delay: Duration::from_millis(lock_delay_ms),
         }
+    }
+
+    /// etcd's timing: renewals every TTL/3, no delay after an expiry.
+    fn etcd_spec(ttl: u64, lock_delay_ms: u64, grace_ms: u64) -> SessionSpec {
+        SessionSpec {
+            renew_every: Duration::from_secs(ttl) / 3,
+            expiry_delay: Duration::ZERO,
+            ..spec(ttl, lock_delay_ms, grace_ms)
+        }
+    }
+
+    #[test]
+    fn on_etcd_the_ttl_bounds_the_deadline_without_a_cushion() {
+        let sp = etcd_spec(15, 15_000, 5_000);
+        assert_eq!(sp.margin(), Duration::from_millis(750));
+        assert_eq!(sp.ttl_window(), Duration::from_millis(9_250));
+        assert!(sp.check_timing().is_ok());
+        let t0 = BootInstant::now();
+        let mut st = State {
+            id: "s".into(),
+            renewed_at: t0,
+            confirmed_at: Some(t0),
+            confirm: None,
+            lost: None,
+            stop: false,
+            paused: false,
+            on_lost: None,
+            on_confirmed: None,
+        };
+        // SIGKILL comes a margin before the lease can expire (TTL after the keepalive
+        // was sent), with no lock-delay after it.
+        let kill = deadline(&st, &sp) + sp.kill_grace;
+        assert_eq!(kill + sp.margin(), t0 + sp.ttl);
+        // A confirmation older than the TTL's bound binds with the cushion.
+        st.renewed_at = t0 + Duration::from_secs(30);
+        assert_eq!(deadline(&st, &sp), t0 + sp.window());
+        // Half the TTL must hold the grace and the margin: 10 s TTL with 5 s grace is
+        // refused (5.75 s > 5 s), with 3 s accepted; a 60 s lock-delay is fine.
+        let e = etcd_spec(10, 15_000, 5_000).check_timing().unwrap_err();
+        assert!(e.contains("--ttl") && e.contains("half the TTL"), "{e}");
+        assert!(etcd_spec(10, 15_000, 3_000).check_timing().is_ok());
+        assert!(etcd_spec(15, 120_000, 5_000).check_timing().is_ok());
+        // The cushion must still hold the grace (as on Consul).
+        assert!(etcd_spec(30, 5_000, 5_000).check_timing().is_err());
     }
 
     #[test]

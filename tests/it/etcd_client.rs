@@ -459,17 +459,20 @@ fn auth_token_and_wrong_password() {
         Err(e @ EtcdError::Auth { .. }) => {
             let text = e.to_string();
             assert!(
-                text.contains("ETCDCTL_USER/--user") && text.contains("authentication failed"),
+                text.contains("ETCDCTL_USER/--etcd-user") && text.contains("authentication failed"),
                 "{text}"
             );
-            assert!(text.contains("(from --user)"), "{text}");
+            assert!(text.contains("(from --etcd-user)"), "{text}");
         }
         other => panic!("{other:?}"),
     }
     let none = with(&[], EtcdFlags::default());
     match none.range(&RangeRequest::key("auth/a")) {
         Err(e @ EtcdError::Auth { .. }) => {
-            assert!(e.to_string().contains("set ETCDCTL_USER or --user"), "{e}")
+            assert!(
+                e.to_string().contains("set ETCDCTL_USER or --etcd-user"),
+                "{e}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -8,6 +8,7 @@ mod devserver_faults;
 mod edges;
 mod etcd_client;
 mod etcd_harness;
+mod etcd_run;
 mod faults;
 mod guardian;
 mod harness;

@@ -1,0 +1,645 @@
+//! The lock on etcd, interoperable both ways with `etcdctl lock NAME` (clientv3's
+//! concurrency.Mutex, 3.4): each contender puts `NAME/<lease hex>` on its lease; the key
+//! with the smallest create revision under `NAME/` holds; a waiter watches only the
+//! newest older key. Unlike etcdctl 3.4, a waiter checks after each wake-up that its own
+//! key still exists (etcd #11456).
+//!
+//! etcd has no lock-delay. conlock emulates Consul's for conlock waiters with the holder
+//! record `NAME.conlock` (outside the prefix, so etcdctl never sees it as a contender):
+//! a holder writes it (its key, create revision and lock-delay) before its command
+//! starts, and marks it released, together with deleting its key, only once the command
+//! is gone. A conlock contender that finds itself first and the record not released
+//! waits the recorded lock-delay from that moment before it holds: whatever ended the
+//! previous holder (expiry, revoke, deletion by someone else) happened before. See
+//! docs/safety.md, "etcd".
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::store::{lease_id, Store, StoreError};
+use super::{
+    self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
+    WaitDisplay,
+};
+use crate::clock::BootInstant;
+use crate::error::{Error, Result};
+use crate::etcd::types::*;
+use crate::etcd::{EtcdClient, EtcdError};
+use crate::ui;
+
+/// How long one read of a watch may stay silent before it is opened again (a cheap
+/// check that the connection still works).
+const WATCH_READ: Duration = Duration::from_secs(30);
+/// Pause after a failure that may pass, while waiting.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// The holder record (`NAME.conlock`): who last held the lock through conlock, and
+/// whether it let go itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    /// The holder's key (`NAME/<lease hex>`).
+    pub key: String,
+    pub create_revision: i64,
+    /// The cushion conlock waiters give it if it did not let go itself.
+    pub lock_delay_ms: u64,
+    /// Its command was gone when it let go.
+    #[serde(default)]
+    pub released: bool,
+}
+
+pub struct EtcdLock {
+    /// The lock's name, as `etcdctl lock NAME`.
+    pub name: String,
+    pub value: HolderValue,
+    /// Our key's create revision once acquired (0: not known).
+    my_rev: AtomicI64,
+    /// The revision to watch our key from (the acquisition's).
+    held_rev: AtomicI64,
+    /// `ETCD_LOCK_REV`: the header revision at the acquisition, as etcdctl gives it.
+    lock_rev: AtomicI64,
+}
+
+impl EtcdLock {
+    pub fn new(name: String, value: HolderValue) -> EtcdLock {
+        EtcdLock {
+            name,
+            value,
+            my_rev: AtomicI64::new(0),
+            held_rev: AtomicI64::new(0),
+            lock_rev: AtomicI64::new(0),
+        }
+    }
+
+    /// The prefix every contender's key is under: `NAME/`.
+    pub fn prefix(&self) -> String {
+        format!("{}/", self.name)
+    }
+
+    /// A session's key: `NAME/<lease hex>`.
+    pub fn key_of(&self, session_id: &str) -> String {
+        format!("{}/{session_id}", self.name)
+    }
+
+    /// The holder record's key: `NAME.conlock`.
+    pub fn record_key(&self) -> String {
+        record_key(&self.name)
+    }
+}
+
+/// The holder record's key of lock `name`.
+pub fn record_key(name: &str) -> String {
+    format!("{name}.conlock")
+}
+
+/// The first key under `prefix` by create revision (etcdctl's WithFirstCreate).
+fn first_by_create(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Ascend,
+        sort_target: SortTarget::Create,
+        limit: 1,
+        ..RangeRequest::prefix(prefix)
+    }
+}
+
+fn range_of(r: Option<&ResponseOp>) -> Option<&RangeResponse> {
+    match r {
+        Some(ResponseOp::Range(r)) => Some(r),
+        _ => None,
+    }
+}
+
+fn show(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}
+
+/// Who a contender's key belongs to, for messages: conlock's JSON value says the host
+/// and pid; an empty value is etcdctl's (or another clientv3 Mutex).
+fn describe_holder(kv: &KeyValue) -> String {
+    let key = show(&kv.key);
+    if kv.value.is_empty() {
+        return format!("{key} (no value: etcdctl lock or another client)");
+    }
+    match serde_json::from_slice::<serde_json::Value>(&kv.value) {
+        Ok(v) if v.get("host").is_some() => format!(
+            "{key} (conlock on {}, pid {})",
+            v["host"].as_str().unwrap_or("?"),
+            v["pid"]
+        ),
+        _ => key,
+    }
+}
+
+/// What a read made while waiting gave.
+enum Waited<T> {
+    Got(T),
+    Retry,
+    Busy,
+}
+
+/// Sorts a failure while waiting: one that may pass is said and paused for (`Retry`),
+/// unless the wait's deadline passed (`Busy`); others end the wait.
+fn while_waiting<T>(
+    r: std::result::Result<T, EtcdError>,
+    deadline: Option<Instant>,
+) -> Result<Waited<T>> {
+    match r {
+        Ok(v) => Ok(Waited::Got(v)),
+        Err(e) if e.is_retryable() || e.cut_short() => {
+            if claim::deadline_passed(deadline) || e.cut_short() {
+                if !e.cut_short() {
+                    ui::notice(format_args!("{e}; not retrying: --timeout has passed"));
+                }
+                return Ok(Waited::Busy);
+            }
+            ui::notice(format_args!("{e}; retrying"));
+            claim::sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+            Ok(Waited::Retry)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Where one turn of the wait got.
+enum Turn {
+    Held(Held),
+    /// Our key is gone (our lease expired or was revoked, or someone deleted it).
+    KeyGone,
+    Busy,
+}
+
+impl EtcdLock {
+    /// Creates our key (or finds it, after a txn whose answer was lost): etcdctl's txn.
+    /// Returns our create revision and, when we are first already, the header revision.
+    fn enqueue(
+        &self,
+        c: &EtcdClient,
+        sid: &str,
+        lease: i64,
+    ) -> std::result::Result<(i64, Option<i64>), EtcdError> {
+        let my_key = self.key_of(sid);
+        let prefix = self.prefix();
+        let req = TxnRequest {
+            compare: vec![Compare::create_revision(
+                my_key.clone(),
+                CompareResult::Equal,
+                0,
+            )],
+            success: vec![
+                RequestOp::Put(PutRequest {
+                    lease,
+                    ..PutRequest::new(my_key.clone(), self.value.bytes())
+                }),
+                RequestOp::Range(first_by_create(&prefix)),
+            ],
+            failure: vec![
+                RequestOp::Range(RangeRequest::key(my_key.clone())),
+                RequestOp::Range(first_by_create(&prefix)),
+            ],
+        };
+        let r = c.txn(&req)?;
+        let my_rev = if r.succeeded {
+            r.header.revision
+        } else {
+            range_of(r.responses.first())
+                .and_then(|g| g.kvs.first())
+                .map(|kv| kv.create_revision)
+                .unwrap_or(0)
+        };
+        let first = range_of(r.responses.get(1))
+            .and_then(|g| g.kvs.first())
+            .map(|kv| kv.create_revision);
+        Ok((my_rev, (first == Some(my_rev)).then_some(r.header.revision)))
+    }
+
+    /// One look: whether our key still exists with `my_rev` and, if so, the newest key
+    /// created before it (atomically, in one txn).
+    fn predecessor(
+        &self,
+        c: &EtcdClient,
+        sid: &str,
+        my_rev: i64,
+    ) -> std::result::Result<Option<(Option<KeyValue>, i64)>, EtcdError> {
+        let req = TxnRequest {
+            compare: vec![Compare::create_revision(
+                self.key_of(sid),
+                CompareResult::Equal,
+                my_rev,
+            )],
+            success: vec![RequestOp::Range(RangeRequest {
+                sort_order: SortOrder::Descend,
+                sort_target: SortTarget::Create,
+                limit: 1,
+                max_create_revision: my_rev - 1,
+                ..RangeRequest::prefix(self.prefix())
+            })],
+            failure: vec![],
+        };
+        let r = c.txn(&req)?;
+        if !r.succeeded {
+            return Ok(None);
+        }
+        let pred = range_of(r.responses.first()).and_then(|g| g.kvs.first().cloned());
+        Ok(Some((pred, r.header.revision)))
+    }
+
+    /// The holder record, if any, with its mod revision.
+    fn read_record(
+        &self,
+        c: &EtcdClient,
+    ) -> std::result::Result<Option<(HolderRecord, i64)>, EtcdError> {
+        let r = c.range(&RangeRequest::key(self.record_key()))?;
+        Ok(r.kvs.first().and_then(|kv| {
+            serde_json::from_slice::<HolderRecord>(&kv.value)
+                .ok()
+                .map(|rec| (rec, kv.mod_revision))
+        }))
+    }
+
+    /// Waits for the turn that finds us first, then keeps the cushion and takes over the
+    /// holder record.
+    fn turn(
+        &self,
+        c: &EtcdClient,
+        session: &dyn SessionHandle,
+        sid: &str,
+        (my_rev, mut first_at): (i64, Option<i64>),
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Turn> {
+        // Wait until no older key is left.
+        let lock_rev = loop {
+            if session.lost().is_some() {
+                return Ok(Turn::KeyGone);
+            }
+            if let Some(rev) = first_at.take() {
+                break rev;
+            }
+            let (pred, rev) = match while_waiting(self.predecessor(c, sid, my_rev), deadline)? {
+                Waited::Got(Some(p)) => p,
+                // The #11456 check: our key (and so our lease) is gone.
+                Waited::Got(None) => return Ok(Turn::KeyGone),
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(Turn::Busy),
+            };
+            let Some(pred) = pred else { break rev };
+            wait.held_by(describe_holder(&pred), &show(&pred.key));
+            if claim::deadline_passed(deadline) {
+                return Ok(Turn::Busy);
+            }
+            // Watch only the predecessor, from right after the read, for its deletion.
+            let read = match deadline {
+                Some(d) => WATCH_READ.min(
+                    d.saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(10)),
+                ),
+                None => WATCH_READ,
+            };
+            let req = WatchCreateRequest {
+                key: pred.key.clone(),
+                start_revision: rev + 1,
+                filters: vec![WatchFilter::NoPut],
+                prev_kv: true,
+                ..Default::default()
+            };
+            let mut stream = match while_waiting(c.watch(&req, read), deadline)? {
+                Waited::Got(s) => s,
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(Turn::Busy),
+            };
+            loop {
+                match stream.next_response() {
+                    Ok(Some(r)) if r.events.iter().any(|e| e.kind == EventType::Delete) => break,
+                    Ok(Some(_)) => {}
+                    // Silence, a broken stream, a compaction: look again.
+                    _ => break,
+                }
+            }
+        };
+        // First. The cushion: a previous conlock holder that did not let go itself may
+        // still be stopping its command, for up to its lock-delay from when its key went,
+        // which was before now.
+        let record = loop {
+            match while_waiting(self.read_record(c), deadline)? {
+                Waited::Got(r) => break r,
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(Turn::Busy),
+            }
+        };
+        let my_key = self.key_of(sid);
+        if let Some((rec, _)) = &record {
+            if !rec.released && rec.create_revision != my_rev && rec.lock_delay_ms > 0 {
+                let cushion = Duration::from_millis(rec.lock_delay_ms);
+                wait.lock_delay(Some(SystemTime::now() + cushion));
+                ui::verbose(format_args!(
+                    "the last conlock holder {} did not release the lock itself (expired, revoked or deleted); keeping its lock-delay {} before holding",
+                    rec.key,
+                    crate::duration::format(cushion)
+                ));
+                let until = Instant::now() + cushion;
+                while Instant::now() < until {
+                    if claim::deadline_passed(deadline) {
+                        return Ok(Turn::Busy);
+                    }
+                    if session.lost().is_some() {
+                        return Ok(Turn::KeyGone);
+                    }
+                    claim::sleep_until_deadline(
+                        until
+                            .saturating_duration_since(Instant::now())
+                            .min(Duration::from_millis(200)),
+                        deadline,
+                    );
+                }
+            }
+        }
+        // Take over the record, guarded by our key: the txn's success also proves that
+        // we held when it was applied, after `sent` (the first confirmation).
+        let mine = HolderRecord {
+            key: my_key.clone(),
+            create_revision: my_rev,
+            lock_delay_ms: session.lock_delay().as_millis() as u64,
+            released: false,
+        };
+        loop {
+            let sent = BootInstant::now();
+            let req = TxnRequest {
+                compare: vec![Compare::create_revision(
+                    my_key.clone(),
+                    CompareResult::Equal,
+                    my_rev,
+                )],
+                success: vec![RequestOp::Put(PutRequest::new(
+                    self.record_key(),
+                    serde_json::to_vec(&mine).expect("json"),
+                ))],
+                failure: vec![],
+            };
+            match while_waiting(c.txn(&req), deadline)? {
+                Waited::Got(r) if r.succeeded => {
+                    self.my_rev.store(my_rev, Ordering::SeqCst);
+                    self.held_rev.store(r.header.revision, Ordering::SeqCst);
+                    self.lock_rev.store(lock_rev, Ordering::SeqCst);
+                    return Ok(Turn::Held(Held {
+                        lock_index: 0,
+                        fencing_token: my_rev as u64,
+                        confirmed_at: sent,
+                    }));
+                }
+                Waited::Got(_) => return Ok(Turn::KeyGone),
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(Turn::Busy),
+            }
+        }
+    }
+
+    /// Why a read of our key means the lock is no longer ours (`None`: it still is).
+    fn lost_because(&self, kv: Option<&KeyValue>, sid: &str) -> Option<String> {
+        let my_rev = self.my_rev.load(Ordering::SeqCst);
+        let lease = lease_id(sid).unwrap_or(0);
+        match kv {
+            None => Some(format!(
+                "the lock key {} was deleted (the lease expired or was revoked, or someone deleted the key)",
+                self.key_of(sid)
+            )),
+            Some(kv) if kv.lease == lease && (my_rev == 0 || kv.create_revision == my_rev) => None,
+            Some(kv) => Some(format!(
+                "the lock key {} was replaced (create revision {}, lease {:x})",
+                self.key_of(sid),
+                kv.create_revision,
+                kv.lease
+            )),
+        }
+    }
+}
+
+impl Claim for EtcdLock {
+    fn describe(&self) -> String {
+        format!("lock {:?}", self.name)
+    }
+
+    fn acquire(
+        &self,
+        store: &Store,
+        session: &dyn SessionHandle,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>> {
+        let c = store.etcd();
+        loop {
+            if session.lost().is_some() {
+                session.recreate()?;
+            }
+            let sid = session.id();
+            let Some(lease) = lease_id(&sid) else {
+                return Err(Error::Other(anyhow::anyhow!(
+                    "session {sid:?} is not an etcd lease ID"
+                )));
+            };
+            let (my_rev, first_at) = match while_waiting(self.enqueue(c, &sid, lease), deadline)? {
+                Waited::Got(r) => r,
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(None),
+            };
+            if my_rev == 0 {
+                // Our txn found the key gone between compare and read: the lease went.
+                ui::verbose(format_args!("lease {sid} is gone; granting a new one"));
+                session.recreate()?;
+                continue;
+            }
+            match self.turn(c, session, &sid, (my_rev, first_at), deadline, wait)? {
+                Turn::Held(h) => return Ok(Some(h)),
+                Turn::Busy => return Ok(None),
+                Turn::KeyGone => {
+                    // Never hold with a key that is gone (etcdctl 3.4 does: #11456): a new
+                    // lease and a new key, at the end of the line.
+                    ui::notice(format_args!(
+                        "our key {} is gone while waiting (lease expired or revoked, or the key deleted); queueing again with a new lease",
+                        self.key_of(&sid)
+                    ));
+                    session.recreate()?;
+                }
+            }
+        }
+    }
+
+    fn monitor(
+        &self,
+        store: Store,
+        session_id: String,
+        _held: Held,
+        policy: MonitorPolicy,
+        lost: LossReport,
+        stop: Arc<AtomicBool>,
+    ) {
+        let c = store.etcd();
+        let key = self.key_of(&session_id);
+        let mut from = self.held_rev.load(Ordering::SeqCst) + 1;
+        let mut failures = 0u32;
+        let report = |why: String| {
+            if !stop.load(Ordering::SeqCst) {
+                lost(why);
+            }
+        };
+        while !stop.load(Ordering::SeqCst) {
+            let req = WatchCreateRequest {
+                key: key.clone().into_bytes(),
+                start_revision: from,
+                prev_kv: true,
+                ..Default::default()
+            };
+            let result = c.watch(&req, WATCH_READ).and_then(|mut s| loop {
+                match s.next_response() {
+                    Ok(Some(r)) => {
+                        failures = 0;
+                        from = from.max(r.header.revision + 1);
+                        for e in &r.events {
+                            from = from.max(e.kv.mod_revision + 1);
+                            let kv = (e.kind != EventType::Delete).then_some(&e.kv);
+                            if let Some(why) = self.lost_because(kv, &session_id) {
+                                return Ok(Some(why));
+                            }
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(None);
+                        }
+                    }
+                    // Silence: open it again (from the last revision seen).
+                    Err(EtcdError::Timeout { .. }) | Ok(None) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            });
+            match result {
+                Ok(Some(why)) => return report(why),
+                Ok(None) => {}
+                Err(e) => {
+                    // A compacted start: read the key instead, and watch from its revision.
+                    if let EtcdError::Compacted { .. } = e {
+                        match c.range(&RangeRequest::key(key.clone())) {
+                            Ok(r) => {
+                                if let Some(why) = self.lost_because(r.kvs.first(), &session_id) {
+                                    return report(why);
+                                }
+                                from = r.header.revision + 1;
+                                continue;
+                            }
+                            Err(e2) => ui::verbose(format_args!("reading {key} failed: {e2}")),
+                        }
+                    }
+                    failures += 1;
+                    if failures > policy.retries {
+                        return report(format!("cannot watch {key} after {failures} tries: {e}"));
+                    }
+                    ui::verbose(format_args!(
+                        "watching {key} failed ({e}); retry {failures} of {}",
+                        policy.retries
+                    ));
+                    std::thread::sleep(policy.retry_time);
+                }
+            }
+        }
+    }
+
+    fn confirm(
+        &self,
+        store: &Store,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, StoreError> {
+        // Linearizable (not serializable): it proves the key existed after it was sent.
+        let r = store
+            .etcd()
+            .range(&RangeRequest::key(self.key_of(session_id)))?;
+        Ok(self.lost_because(r.kvs.first(), session_id))
+    }
+
+    fn release(&self, store: &Store, session_id: &str) -> bool {
+        let c = store.etcd();
+        let key = self.key_of(session_id);
+        let lease = lease_id(session_id).unwrap_or(0);
+        // Our key as it is now (the guardian does not know our revision).
+        let my_rev = match self.my_rev.load(Ordering::SeqCst) {
+            0 => match c.range(&RangeRequest::key(key.clone())) {
+                Ok(r) => match r.kvs.first() {
+                    Some(kv) if kv.lease == lease => kv.create_revision,
+                    _ => return false,
+                },
+                Err(e) => {
+                    ui::warn(format_args!(
+                        "could not release {}: {e}; it frees when the lease ends",
+                        self.describe()
+                    ));
+                    return false;
+                }
+            },
+            r => r,
+        };
+        // Mark the record released only if it is ours: a holder that never started its
+        // command (it gave up during the cushion) leaves the previous holder's.
+        let record = self.read_record(c);
+        let mut compare = vec![Compare::create_revision(
+            key.clone(),
+            CompareResult::Equal,
+            my_rev,
+        )];
+        let mut success = vec![RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone()))];
+        if let Ok(Some((mut rec, mod_rev))) = record {
+            if rec.key == key && rec.create_revision == my_rev {
+                rec.released = true;
+                compare.push(Compare::new(
+                    self.record_key(),
+                    CompareTarget::Mod(mod_rev),
+                    CompareResult::Equal,
+                ));
+                success.insert(
+                    0,
+                    RequestOp::Put(PutRequest::new(
+                        self.record_key(),
+                        serde_json::to_vec(&rec).expect("json"),
+                    )),
+                );
+            }
+        }
+        let req = TxnRequest {
+            compare,
+            success,
+            failure: vec![],
+        };
+        match c.txn(&req) {
+            Ok(r) if r.succeeded => {
+                ui::verbose(format_args!("released {}", self.describe()));
+                true
+            }
+            // Not ours any more (or the record changed): the lease's end frees the rest.
+            Ok(_) => false,
+            Err(e) => {
+                ui::warn(format_args!(
+                    "could not release {}: {e}; it frees when the lease ends",
+                    self.describe()
+                ));
+                false
+            }
+        }
+    }
+
+    fn spec(&self) -> ClaimSpec {
+        ClaimSpec::EtcdLock {
+            name: self.name.clone(),
+        }
+    }
+
+    fn env(&self, held: &Held, session_id: &str) -> Vec<(String, String)> {
+        vec![
+            ("CONLOCK_KEY".to_string(), self.name.clone()),
+            ("ETCD_LOCK_KEY".to_string(), self.key_of(session_id)),
+            (
+                "ETCD_LOCK_REV".to_string(),
+                match self.lock_rev.load(Ordering::SeqCst) {
+                    0 => held.fencing_token.to_string(),
+                    r => r.to_string(),
+                },
+            ),
+        ]
+    }
+}

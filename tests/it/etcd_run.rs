@@ -1,0 +1,791 @@
+//! `conlock run --backend etcd` against a real etcd on loopback (etcd_harness): the
+//! lock interoperates with `etcdctl lock` both ways, never lets two holders overlap
+//! (judged from timestamps the children write), keeps its cushion after an involuntary
+//! end, and is stopped by the guardian when conlock dies or stalls.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use conlock::etcd::types::*;
+use conlock::etcd::EtcdClient;
+
+use crate::etcd_harness::{etcdctl_bin, Etcd, EtcdCluster, EtcdOptions};
+use crate::harness::{
+    intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
+    KillOnDrop, BIN,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+const T: Duration = Duration::from_secs(5);
+
+/// Short timings that pass conlock's checks: 3 s TTL (renewed every 1 s), 2 s cushion,
+/// 0.5 s grace, 0.2 s margin.
+const FAST: [&str; 6] = ["--ttl", "3s", "--lock-delay", "2s", "--kill-grace", "500ms"];
+
+fn unique_name(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "etcdrun/{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// conlock with the etcd backend chosen through the environment (CONLOCK_BACKEND,
+/// ETCDCTL_ENDPOINTS), nothing else inherited that could steer it.
+fn conlock_etcd(etcd: &Etcd) -> Command {
+    conlock_etcd_at(&etcd.endpoint())
+}
+
+/// [`conlock_etcd`] for a comma-separated list of endpoints.
+fn conlock_etcd_at(endpoints: &str) -> Command {
+    let mut c = Command::new(BIN.path());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("CONLOCK_BACKEND", "etcd");
+    c.env("ETCDCTL_ENDPOINTS", endpoints);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// `FAST` with the timings `extra` gives replaced, then the rest of `extra`.
+fn with_timings(extra: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for pair in FAST.chunks(2) {
+        let over = extra.iter().position(|a| *a == pair[0]);
+        let value = over.map_or(pair[1], |i| extra[i + 1]);
+        out.extend([pair[0].to_string(), value.to_string()]);
+    }
+    let mut i = 0;
+    while i < extra.len() {
+        if FAST.contains(&extra[i]) && extra[i].starts_with("--") {
+            i += 2;
+            continue;
+        }
+        out.push(extra[i].to_string());
+        i += 1;
+    }
+    out
+}
+
+/// `conlock run --key NAME FAST... -- sh -c CMD`, started.
+fn run_lock(etcd: &Etcd, name: &str, extra: &[&str], cmd: &str) -> Child {
+    run_lock_at(&etcd.endpoint(), name, extra, cmd)
+}
+
+/// [`run_lock`] against a list of endpoints.
+fn run_lock_at(endpoints: &str, name: &str, extra: &[&str], cmd: &str) -> Child {
+    conlock_etcd_at(endpoints)
+        .args(["run", "--key", name])
+        .args(with_timings(extra))
+        .args(["--", "sh", "-c", cmd])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `etcdctl lock NAME -- sh -c CMD`, started.
+fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Child {
+    let bin = etcdctl_bin(Path::new("etcd")).expect("etcdctl");
+    Command::new(bin)
+        .env_clear()
+        .env("ETCDCTL_API", "3")
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .arg(format!("--endpoints={}", etcd.endpoint()))
+        .args(["lock", name, "--", "sh", "-c", cmd])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
+    c.range(&RangeRequest::prefix(prefix)).unwrap().kvs
+}
+
+/// Waits until `n` contender keys are under `NAME/`.
+fn wait_keys(c: &EtcdClient, name: &str, n: usize) {
+    assert!(
+        wait_for(LONG, || keys_under(c, &format!("{name}/")).len() == n),
+        "never {n} keys under {name}/: {:?}",
+        keys_under(c, &format!("{name}/"))
+    );
+}
+
+/// A job that writes `S`, then `A <ns>` every 50 ms while `go` does not exist, then `E`.
+/// A job killed from outside leaves its last `A` as its end.
+fn heartbeat_job(log: &Path, go: &Path) -> String {
+    let l = log.display();
+    format!(
+        "id=$$; echo \"S $id $(date +%s%N)\" >> {l}; while [ ! -e {go} ]; do echo \"A $id $(date +%s%N)\" >> {l}; sleep 0.05; done; echo \"E $id $(date +%s%N)\" >> {l}",
+        go = go.display()
+    )
+}
+
+/// Per job id: (first `S`, last `S`/`A`/`E` timestamp): when it ran, as far as it said.
+fn spans(log: &str) -> Vec<(String, u128, u128)> {
+    let mut out: Vec<(String, u128, u128)> = Vec::new();
+    for line in log.lines() {
+        let p: Vec<&str> = line.split_whitespace().collect();
+        if p.len() != 3 {
+            continue;
+        }
+        let t: u128 = p[2].parse().unwrap();
+        match out.iter_mut().find(|(id, _, _)| id == p[1]) {
+            Some(e) => e.2 = e.2.max(t),
+            None => out.push((p[1].to_string(), t, t)),
+        }
+    }
+    out.sort_by_key(|e| e.1);
+    out
+}
+
+fn stderr_of(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("env");
+    let dir = scratch("etcd-env");
+    let (envf, go) = (dir.join("env"), dir.join("go"));
+    let cmd = format!(
+        "env > {}.tmp; mv {0}.tmp {0}; {}",
+        envf.display(),
+        until_exists(&go)
+    );
+    let h = run_lock(etcd, &name, &[], &cmd);
+    assert!(wait_for(LONG, || envf.exists()), "the command never ran");
+    let env = read(&envf);
+    let var = |k: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(str::to_string)
+    };
+    let kvs = keys_under(&c, &format!("{name}/"));
+    assert_eq!(kvs.len(), 1, "{kvs:?}");
+    let key = String::from_utf8(kvs[0].key.clone()).unwrap();
+    // etcdctl's layout: NAME/<lease in lower-case hex>, on that lease.
+    assert_eq!(key, format!("{name}/{:x}", kvs[0].lease));
+    assert_eq!(var("ETCD_LOCK_KEY").as_deref(), Some(key.as_str()));
+    assert_eq!(
+        var("CONLOCK_SESSION").as_deref(),
+        Some(format!("{:x}", kvs[0].lease).as_str())
+    );
+    assert_eq!(var("CONLOCK_KEY").as_deref(), Some(name.as_str()));
+    let rev = kvs[0].create_revision;
+    assert_eq!(
+        var("CONLOCK_FENCING_TOKEN").as_deref(),
+        Some(rev.to_string().as_str())
+    );
+    // Uncontended, etcdctl's ETCD_LOCK_REV is the txn's revision: the create revision.
+    assert_eq!(
+        var("ETCD_LOCK_REV").as_deref(),
+        Some(rev.to_string().as_str())
+    );
+    for consul_only in [
+        "CONLOCK_MODIFY_INDEX",
+        "CONSUL_LOCK_HELD",
+        "CONLOCK_LOCK_INDEX",
+    ] {
+        assert_eq!(var(consul_only), None, "{consul_only} set on etcd");
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = h.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The server is 3.4.23: one line names the fixed release.
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("known lease bugs") && l.contains("3.4.38"))
+            .count(),
+        1,
+        "{err}"
+    );
+    // Released: no contender key left, the record says released.
+    assert!(keys_under(&c, &format!("{name}/")).is_empty());
+    let rec = c
+        .range(&RangeRequest::key(format!("{name}.conlock")))
+        .unwrap();
+    let rec: serde_json::Value = serde_json::from_slice(&rec.kvs[0].value).unwrap();
+    assert_eq!(rec["released"], true, "{rec}");
+    assert_eq!(rec["create_revision"], rev, "{rec}");
+}
+
+#[test]
+fn ten_contenders_never_overlap() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let name = unique_name("ten");
+    let dir = scratch("etcd-ten");
+    let log = dir.join("log");
+    let job = logged_job(&log, "sleep 0.1");
+    let kids: Vec<KillOnDrop> = (0..10)
+        .map(|_| KillOnDrop(run_lock(etcd, &name, &["-q"], &job)))
+        .collect();
+    for mut k in kids {
+        let st = wait_exit(&mut k.0, Duration::from_secs(120));
+        assert!(st.success(), "a contender failed: {st}");
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 10, "{}", read(&log));
+    assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
+
+#[test]
+fn conlock_and_etcdctl_lock_exclude_each_other_both_ways() {
+    let Some(etcd) = Etcd::shared() else { return };
+    if etcdctl_bin(Path::new("etcd")).is_none() {
+        return;
+    }
+    let c = etcd.client(T);
+    // A leading slash is part of an etcd name (etcdctl keeps it): kept, not stripped.
+    let name = format!("/{}", unique_name("interop"));
+    let dir = scratch("etcd-interop");
+    let log = dir.join("log");
+    // etcdctl first, then conlock, then etcdctl again, each queued behind the last.
+    let e1 = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 1")));
+    wait_keys(&c, &name, 1);
+    let k = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "sleep 1")));
+    wait_keys(&c, &name, 2);
+    let e2 = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")));
+    wait_keys(&c, &name, 3);
+    for mut p in [e1, k, e2] {
+        let st = wait_exit(&mut p.0, LONG);
+        assert!(st.success(), "{st}");
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 3, "{}", read(&log));
+    assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
+
+#[test]
+fn sigkill_of_conlock_the_guardian_stops_the_command_and_releases_at_once() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("kill");
+    let dir = scratch("etcd-kill");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--lock-delay", "20s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let w = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--lock-delay", "20s", "-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &name, 2);
+    let killed = Instant::now();
+    signal(h.0.id(), libc::SIGKILL);
+    let mut w = w;
+    let st = wait_exit(&mut w.0, LONG);
+    assert!(st.success(), "{st}");
+    // Released by the guardian (marked released): no 20 s cushion, no TTL wait.
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "the waiter took {:?}",
+        killed.elapsed()
+    );
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(
+        sp[0].2 < sp[1].1,
+        "the next holder started before the killed command's last sign of life: {sp:?}"
+    );
+}
+
+#[test]
+fn sigstop_of_conlock_the_guardian_kills_the_command_before_the_lease_expires() {
+    let Some(etcd) = Etcd::shared() else { return };
+    if etcdctl_bin(Path::new("etcd")).is_none() {
+        return;
+    }
+    let c = etcd.client(T);
+    let name = unique_name("stop");
+    let dir = scratch("etcd-stop");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    // A cushion longer than the TTL: the TTL must bound the deadline by itself (an
+    // expiry lets etcdctl in at once), not the TTL plus the cushion.
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "3s", "--lock-delay", "6s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    // etcdctl gets no cushion: it takes the lock as soon as the lease expires.
+    // Its job lasts long enough for a command that still ran to show a heartbeat.
+    let mut e = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")));
+    wait_keys(&c, &name, 2);
+    signal(h.0.id(), libc::SIGSTOP);
+    let st = wait_exit(&mut e.0, LONG);
+    signal(h.0.id(), libc::SIGCONT);
+    assert!(st.success(), "{st}");
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(
+        sp[0].2 < sp[1].1,
+        "etcdctl started while the stopped holder's command still ran: {sp:?}"
+    );
+    let mut h = h;
+    let st = wait_exit(&mut h.0, LONG);
+    assert_eq!(st.code(), Some(124), "{st}");
+}
+
+/// The holder's lease is revoked by an operator: the holder stops at once (exit 124),
+/// and a conlock waiter keeps the holder's cushion before it starts.
+#[test]
+fn lease_revoked_while_connected_holder_exits_124_and_the_waiter_keeps_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("revoke");
+    let dir = scratch("etcd-revoke");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = run_lock(
+        etcd,
+        &name,
+        &["--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut w = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    let lease = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .min_by_key(|kv| kv.create_revision)
+        .unwrap()
+        .lease;
+    let revoked_at = now_ns();
+    let revoked = Instant::now();
+    c.lease_revoke(lease).unwrap();
+    let err = stderr_of(h);
+    assert!(err.contains("deleted"), "{err}");
+    assert!(
+        revoked.elapsed() < Duration::from_secs(5),
+        "the holder took {:?} to stop",
+        revoked.elapsed()
+    );
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+    assert!(
+        sp[1].1 >= revoked_at + 3_000_000_000,
+        "the waiter started {} ms after the revoke, inside the 3 s cushion",
+        (sp[1].1 - revoked_at) / 1_000_000
+    );
+}
+
+/// The holder is cut off (SIGSTOP) and its lease revoked: it cannot hear of it, its
+/// command runs on until the guardian's deadline; a conlock waiter keeps the cushion,
+/// so the two never overlap.
+#[test]
+fn lease_revoked_while_cut_off_the_waiter_waits_out_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("cutoff");
+    let dir = scratch("etcd-cutoff");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "10s", "--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut w = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    let lease = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .min_by_key(|kv| kv.create_revision)
+        .unwrap()
+        .lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    let revoked_at = now_ns();
+    c.lease_revoke(lease).unwrap();
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    signal(h.0.id(), libc::SIGCONT);
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(
+        sp[0].2 < sp[1].1,
+        "the waiter started while the cut-off holder's command ran: {sp:?}"
+    );
+    assert!(sp[1].1 >= revoked_at + 3_000_000_000, "{sp:?}");
+}
+
+#[test]
+fn key_deleted_by_someone_else_holder_exits_124_and_the_waiter_keeps_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("del");
+    let dir = scratch("etcd-del");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = run_lock(
+        etcd,
+        &name,
+        &["--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut w = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    let first = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .min_by_key(|kv| kv.create_revision)
+        .unwrap();
+    let deleted_at = now_ns();
+    c.delete_range(&DeleteRangeRequest::key(first.key)).unwrap();
+    let out = h.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+    assert!(sp[1].1 >= deleted_at + 3_000_000_000, "{sp:?}");
+}
+
+/// A waiter that starts after a holder's involuntary end (it never saw the deletion)
+/// still keeps the cushion: it reads it from the holder record.
+#[test]
+fn a_waiter_arriving_after_a_revoke_still_keeps_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("late");
+    let dir = scratch("etcd-late");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "10s", "--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let lease = keys_under(&c, &format!("{name}/"))[0].lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    let revoked_at = now_ns();
+    c.lease_revoke(lease).unwrap();
+    let mut w = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "true")));
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    signal(h.0.id(), libc::SIGCONT);
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+    assert!(sp[1].1 >= revoked_at + 3_000_000_000, "{sp:?}");
+}
+
+#[test]
+fn timeout_on_a_busy_lock_is_exit_75_and_removes_the_waiters_key() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("busy");
+    let dir = scratch("etcd-busy");
+    let go = dir.join("go");
+    let marker = dir.join("ran");
+    let h = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "1s"])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!marker.exists());
+    // Only the holder's key is left.
+    assert_eq!(keys_under(&c, &format!("{name}/")).len(), 1);
+    std::fs::write(&go, "").unwrap();
+    let mut h = h;
+    assert!(wait_exit(&mut h.0, LONG).success());
+}
+
+/// Usage errors come before any request: conlock exits 125 with one line naming the
+/// flag, and the endpoint (a listener of the test) never sees a connection.
+#[test]
+fn bad_flag_combinations_are_refused_before_any_request() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "run",
+                "--backend",
+                "etcd",
+                "--http-addr",
+                "x:1",
+                "--key",
+                "k",
+            ],
+            "--http-addr is a Consul option",
+        ),
+        (
+            vec!["run", "--backend", "etcd", "--check", "c", "--key", "k"],
+            "--check is a Consul option",
+        ),
+        (
+            vec![
+                "run",
+                "--backend",
+                "etcd",
+                "--behavior",
+                "delete",
+                "--key",
+                "k",
+            ],
+            "--behavior is a Consul option",
+        ),
+        (
+            vec!["run", "--backend", "etcd", "--prefix", "p"],
+            "--key NAME",
+        ),
+        (
+            vec![
+                "run",
+                "--backend",
+                "consul",
+                "--endpoints",
+                "http://x:1",
+                "--key",
+                "k",
+            ],
+            "--endpoints is an etcd option",
+        ),
+        (
+            vec!["run", "--etcd-user", "u", "--key", "k"],
+            "--etcd-user is an etcd option",
+        ),
+        (
+            vec!["run", "--backend", "etcd", "--ttl", "10s", "--key", "k"],
+            "half the TTL",
+        ),
+        (
+            vec!["run", "--backend", "etcd", "--ttl", "1s", "--key", "k"],
+            "2s to 24h",
+        ),
+        (
+            vec![
+                "run",
+                "--backend",
+                "etcd",
+                "--lock-delay",
+                "5s",
+                "--key",
+                "k",
+            ],
+            "does not fit inside the lock-delay",
+        ),
+        (
+            vec!["status", "--backend", "etcd", "--key", "k"],
+            "does not support --backend etcd yet",
+        ),
+        (
+            vec!["break", "--backend", "etcd", "--key", "k", "--yes"],
+            "does not support --backend etcd yet",
+        ),
+        (
+            vec!["sem", "--backend", "etcd", "-n", "2", "--prefix", "p"],
+            "does not support --backend etcd yet",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut cmd = Command::new(BIN.path());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("ETCDCTL_ENDPOINTS", &ep);
+        cmd.args(&args);
+        if args[0] != "status" && args[0] != "break" {
+            cmd.args(["--", "true"]);
+        }
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    let bad = Command::new(BIN.path())
+        .env("CONLOCK_BACKEND", "zookeeper")
+        .args(["run", "--key", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("CONLOCK_BACKEND=\"zookeeper\""));
+    assert!(
+        listener.accept().is_err(),
+        "a usage error made a request to the endpoint"
+    );
+}
+
+/// etcd #11456 (etcdctl 3.4 runs its command when its lease expired while it waited):
+/// a conlock waiter whose lease expired while it was stopped must not hold when it
+/// wakes, beside the contender that queued after it.
+#[test]
+fn a_waiter_whose_lease_expired_while_waiting_does_not_run_beside_the_next() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("jepsen");
+    let dir = scratch("etcd-jepsen");
+    let (log, go_a) = (dir.join("log"), dir.join("go-a"));
+    let go_c = dir.join("go-c");
+    let a = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go_a)),
+    ));
+    wait_keys(&c, &name, 1);
+    let b = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["-v"],
+        &logged_job(&log, "sleep 0.3"),
+    ));
+    wait_keys(&c, &name, 2);
+    let b_key = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .max_by_key(|kv| kv.create_revision)
+        .unwrap()
+        .key;
+    // B stops past its 3 s TTL: its key goes with its lease.
+    signal(b.0.id(), libc::SIGSTOP);
+    assert!(
+        wait_for(LONG, || c
+            .range(&RangeRequest::key(b_key.clone()))
+            .unwrap()
+            .kvs
+            .is_empty()),
+        "B's key never expired"
+    );
+    let cc = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go_c)),
+    ));
+    wait_keys(&c, &name, 2);
+    // A goes; C holds; B wakes while C runs.
+    std::fs::write(&go_a, "").unwrap();
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    signal(b.0.id(), libc::SIGCONT);
+    // Give B every chance to (wrongly) start beside C.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&go_c, "").unwrap();
+    let mut b = b;
+    let st = wait_exit(&mut b.0, LONG);
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert!(st.success(), "B: {st}: {berr}");
+    for mut p in [a, cc] {
+        let st = wait_exit(&mut p.0, LONG);
+        assert!(st.success(), "{st}");
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 3, "{}", read(&log));
+    assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
+
+/// The leader freezes (SIGSTOP) while conlock holds through all three members: leases
+/// are only extended by the new leader, so the waiter never starts beside the holder's
+/// command, whatever the holder decides (keep it, or stop it with exit 124).
+#[test]
+fn a_frozen_leader_never_lets_two_holders_overlap() {
+    let Some(cluster) = EtcdCluster::start("frz", &EtcdOptions::fast()) else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let c = crate::etcd_harness::client_for(&eps, Duration::from_secs(2));
+    let name = unique_name("frozen-leader");
+    let dir = scratch("etcd-frozen");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "6s", "--lock-delay", "3s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &eps,
+        &name,
+        &timings,
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(&eps, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    let leader = cluster.wait_leader(LONG);
+    cluster.members[leader].stop();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    cluster.wait_leader_among(&others, LONG);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.members[leader].cont();
+    std::fs::write(&go, "").unwrap();
+    let code = wait_exit(&mut a.0, LONG).code();
+    assert!(matches!(code, Some(0) | Some(124)), "holder: {code:?}");
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "overlap across a leader change: {sp:?}");
+}
+
+/// Two members freeze: no quorum, no keepalive, no confirmation. The holder's deadline
+/// passes and its command is stopped (exit 124); once the quorum is back the waiter
+/// starts after it, never beside it.
+#[test]
+fn quorum_loss_stops_the_holder_by_its_deadline_and_nobody_overlaps() {
+    let Some(cluster) = EtcdCluster::start("quo", &EtcdOptions::fast()) else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let c = crate::etcd_harness::client_for(&eps, Duration::from_secs(2));
+    let name = unique_name("quorum");
+    let dir = scratch("etcd-quorum");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "4s", "--lock-delay", "2s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &eps,
+        &name,
+        &timings,
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(&eps, &name, &["-q"], &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    cluster.members[1].stop();
+    cluster.members[2].stop();
+    let st = wait_exit(&mut a.0, LONG);
+    assert_eq!(st.code(), Some(124), "{st}");
+    let stopped_at = now_ns();
+    cluster.members[1].cont();
+    cluster.members[2].cont();
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < stopped_at, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+}
