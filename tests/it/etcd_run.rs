@@ -789,3 +789,33 @@ fn quorum_loss_stops_the_holder_by_its_deadline_and_nobody_overlaps() {
     assert!(sp[0].2 < stopped_at, "{sp:?}");
     assert!(sp[0].2 < sp[1].1, "{sp:?}");
 }
+
+/// REVIEW (fails on 0034124): the holder record `NAME.conlock` is a plain key with no
+/// lease, and for a lock `P/x` it lies under `P/`, the prefix of lock `P`: after one
+/// conlock run on `P/x` it counts as the oldest contender of lock `P` forever, so no
+/// conlock (and no `etcdctl lock P`) ever holds `P` again.
+#[test]
+fn a_nested_locks_holder_record_does_not_block_the_parent_lock_forever() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let parent = unique_name("parent");
+    let child = format!("{parent}/x");
+    let dir = scratch("etcd-nested");
+    let marker = dir.join("ran");
+    let st = wait_exit(&mut run_lock(etcd, &child, &["-q"], "true"), LONG);
+    assert!(st.success(), "the run on {child}: {st}");
+    // Nothing holds or waits for the parent lock now.
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &parent, "--timeout", "5s"])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "lock {parent} is free, yet: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}
