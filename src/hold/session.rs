@@ -71,7 +71,7 @@ impl SessionSpec {
     pub fn ttl_window(&self) -> Duration {
         (self.ttl + self.expiry_delay)
             .saturating_sub(self.kill_grace)
-            .saturating_sub(self.margin())
+            .saturating_sub(self.margin_over(self.ttl))
     }
 
     /// How long the command may run after the last confirmation before it gets the stop
@@ -79,7 +79,18 @@ impl SessionSpec {
     pub fn window(&self) -> Duration {
         self.lock_delay
             .saturating_sub(self.kill_grace)
-            .saturating_sub(self.margin())
+            .saturating_sub(self.margin_over(self.lock_delay))
+    }
+
+    /// The margin kept before a bound `span` after a send: on etcd (no 60 s cap on TTL
+    /// or cushion, nothing after an expiry) also 1000 ppm of `span`, for clocks running
+    /// at different rates (NTP tolerates 500 ppm per host).
+    fn margin_over(&self, span: Duration) -> Duration {
+        if self.ttl_binds() {
+            self.margin().max(span / 1000)
+        } else {
+            self.margin()
+        }
     }
 
     /// How often a holder confirms: three tries fit in the window.
