@@ -221,7 +221,9 @@ fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() 
     // Released: no contender key left, the record says released.
     assert!(keys_under(&c, &format!("{name}/")).is_empty());
     let rec = c
-        .range(&RangeRequest::key(format!("{name}.conlock")))
+        .range(&RangeRequest::key(conlock::claim::etcd_lock::record_key(
+            &name,
+        )))
         .unwrap();
     let rec: serde_json::Value = serde_json::from_slice(&rec.kvs[0].value).unwrap();
     assert_eq!(rec["released"], true, "{rec}");
