@@ -112,7 +112,7 @@ impl SessionSpec {
                 return Err(format!(
                     "--kill-grace {} and the safety margin {} leave only {} of the TTL {} after a renewal: an expired lease frees the lock at once, conlock renews every {}, and one and a half renewal intervals ({}) must fit; raise --ttl or lower --kill-grace (--kill-grace plus the margin must be at most half the TTL)",
                     f(self.kill_grace),
-                    f(self.margin()),
+                    f(self.margin_over(self.ttl)),
                     f(self.ttl_window()),
                     f(self.ttl),
                     f(self.renew_every),
@@ -131,7 +131,7 @@ impl SessionSpec {
             f(self.kill_grace),
             f(self.lock_delay),
             f(MIN_WINDOW),
-            f(self.margin()),
+            f(self.margin_over(self.lock_delay)),
         ))
     }
 }
