@@ -821,3 +821,48 @@ fn a_nested_locks_holder_record_does_not_block_the_parent_lock_forever() {
     );
     assert!(marker.exists());
 }
+
+/// A waiter that gives up (`--timeout`) during the cushion leaves the holder record as
+/// it was: the next waiter keeps the whole cushion again, from its own read.
+#[test]
+fn a_waiter_that_gives_up_in_the_cushion_leaves_it_to_the_next() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("cushion-giveup");
+    let dir = scratch("etcd-cushion-giveup");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "10s", "--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let lease = keys_under(&c, &format!("{name}/"))[0].lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    c.lease_revoke(lease).unwrap();
+    let marker = dir.join("gave-up-ran");
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "1s"])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists());
+    assert!(keys_under(&c, &format!("{name}/")).is_empty());
+    let launched = now_ns();
+    let mut w = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "true")));
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    signal(h.0.id(), libc::SIGCONT);
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+    assert!(sp[1].1 >= launched + 3_000_000_000, "{sp:?}");
+}
