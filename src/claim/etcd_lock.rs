@@ -83,15 +83,18 @@ impl EtcdLock {
         format!("{}/{session_id}", self.name)
     }
 
-    /// The holder record's key: `NAME.conlock`.
+    /// The holder record's key: `NAME.conlock`, `/` escaped (see `record_key`).
     pub fn record_key(&self) -> String {
         record_key(&self.name)
     }
 }
 
-/// The holder record's key of lock `name`.
+/// The holder record's key of lock `name`: the name with `%` and `/` escaped, then
+/// `.conlock`. A key with no `/` lies under no lock's prefix (`P/`); `P/x.conlock` would
+/// count as the oldest contender of lock `P` forever (it has no lease).
 pub fn record_key(name: &str) -> String {
-    format!("{name}.conlock")
+    let escaped = name.replace('%', "%25").replace('/', "%2F");
+    format!("{escaped}.conlock")
 }
 
 /// The first key under `prefix` by create revision (etcdctl's WithFirstCreate).
@@ -641,5 +644,21 @@ impl Claim for EtcdLock {
                 },
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record_key;
+
+    #[test]
+    fn a_record_key_is_under_no_lock_prefix() {
+        assert_eq!(record_key("jobs"), "jobs.conlock");
+        assert_eq!(record_key("/jobs/x"), "%2Fjobs%2Fx.conlock");
+        // Escaping `%` keeps distinct names apart.
+        assert_ne!(record_key("a/b"), record_key("a%2Fb"));
+        for name in ["a/b", "/a", "a/", "a//b%2F"] {
+            assert!(!record_key(name).contains('/'), "{name}");
+        }
     }
 }
