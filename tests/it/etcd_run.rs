@@ -228,6 +228,38 @@ fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() 
     assert_eq!(rec["create_revision"], rev, "{rec}");
 }
 
+/// Someone rewrites the holder record while conlock holds: the release, which knows the
+/// record it wrote without reading it, finds it changed, reads it, deletes only its own
+/// key (the other record stays as it is) and still reports `released`.
+#[test]
+fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("record");
+    let dir = scratch("etcd-record");
+    let (ev, go) = (dir.join("events"), dir.join("go"));
+    let ev_arg = ev.display().to_string();
+    let h = run_lock(etcd, &name, &["--events", &ev_arg], &until_exists(&go));
+    assert!(wait_for(LONG, || read(&ev).contains("\"acquired\"")));
+    let foreign = r#"{"key":"elsewhere/1","create_revision":1,"lock_delay_ms":0,"released":true}"#;
+    c.put(&PutRequest::new(format!("{name}.conlock"), foreign))
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = h.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = read(&ev);
+    assert!(events.contains("\"event\":\"released\""), "{events}");
+    let rec = c
+        .range(&RangeRequest::key(format!("{name}.conlock")))
+        .unwrap();
+    assert_eq!(rec.kvs[0].value, foreign.as_bytes());
+    assert!(keys_under(&c, &format!("{name}/")).is_empty());
+}
+
 #[test]
 fn ten_contenders_never_overlap() {
     let Some(etcd) = Etcd::shared() else { return };
