@@ -1507,6 +1507,10 @@ class EtcdServer:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.unlink(self.logpath)
+        except OSError:
+            pass
 
 
 def etcd_version(etcd):
