@@ -207,6 +207,8 @@ units-check: build
 ## only if it cannot (3.85 ms in row 1, against 2.8-3.6 ms for the static build).
 ## `make bench CONSUL_BIN=/path/to/consul` measures against a real `consul agent -dev` it
 ## starts on loopback, beside that binary's `consul lock` (bench/results-consul.json).
+## `make bench ETCD_BIN=/usr/bin/etcd` adds rows 12-14: a single-member etcd it starts on
+## loopback (data on /dev/shm), conlock --backend etcd beside `etcdctl lock`.
 bench:
 	@if [ '$(RELEASE_TARGET_ORIGIN)' = undefined ] && [ -n '$(RUSTUP_TARGETS)' ] \
 		&& [ -z '$(RELEASE_TARGET)' ]; then \
@@ -217,7 +219,7 @@ bench:
 	@$(MAKE) --no-print-directory bench-run
 
 bench-run: release
-	python3 bench/bench.py --bin $(BIN) $(if $(CONSUL_BIN),--consul-bin $(CONSUL_BIN)) $(BENCH_ARGS)
+	python3 bench/bench.py --bin $(BIN) $(if $(CONSUL_BIN),--consul-bin $(CONSUL_BIN)) $(if $(ETCD_BIN),--etcd-bin $(ETCD_BIN)) $(BENCH_ARGS)
 
 ## About 5 minutes of contention with random kills; reports leaks and overlaps.
 soak: release

@@ -21,6 +21,7 @@ there are enough samples. Request counts come from a counting TCP proxy in this 
 through it.
 """
 import argparse
+import base64
 import json
 import os
 import re
@@ -353,6 +354,10 @@ class Tool:
     def timeout_flag(self, seconds):
         return ["--timeout", f"{seconds}s"] if self.name == "conlock" else [f"-timeout={seconds}s"]
 
+    def holder(self, prefix):
+        """Who holds the lock `lock_cmd(prefix, ...)` takes, or None."""
+        return self.server.holder(prefix + "/.lock")
+
     def run(self, argv, addr=None, **kw):
         kw.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen(argv, env=self.env(addr), **kw)
@@ -560,7 +565,7 @@ def run_with_go(tool, key, err, extra=(), addr=None):
         wait_for(lambda: p.poll() is not None or read_text(pidfile).strip().isdigit())
         if not read_text(pidfile).strip().isdigit():
             return f"{tool.name} exited {p.poll()} without running its command{err.last()}"
-        held = tool.server.holder(key)
+        held = tool.holder(prefix)
         open(go, "w").close()
         code = p.wait(timeout=60)
         if not held:
@@ -715,7 +720,6 @@ def handoff_round(tool, waiters, handoffs, acc):
     log = os.path.join(d, "log")
     err = ErrLog(f"2-{tool.name}")
     prefix = f"bench/handoff/{tool.name}/{time.time_ns()}"
-    key = prefix + "/.lock"
     total = handoffs + 1
     started, running, codes = 0, [], []
 
@@ -728,7 +732,7 @@ def handoff_round(tool, waiters, handoffs, acc):
 
     try:
         start()
-        if not wait_for(lambda: tool.server.holder(key) is not None or running[0].poll() is not None):
+        if not wait_for(lambda: tool.holder(prefix) is not None or running[0].poll() is not None):
             acc["problems"].append("the first holder was not seen holding within 60 s")
         deadline = time.time() + 120 + total * 0.5
         while started < min(total, waiters + 1):
@@ -1436,6 +1440,209 @@ def rss_run(tool, i, problems, err):
         stop_all([p])
 
 
+# 12-14: etcd -------------------------------------------------------------------------
+class EtcdServer:
+    """A single-member etcd from ETCD, on 127.0.0.1 only with both ports explicit, its data
+    dir on /dev/shm (etcd preallocates 64 MB of WAL; removed at stop), no ETCD_* variable
+    of ours leaking in as a flag. Stopped by its PID."""
+
+    def __init__(self, etcd):
+        self.etcd = etcd
+        self.version = etcd_version(etcd)
+        self.dir = tempfile.mkdtemp(prefix="bench-etcd-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        fd, self.logpath = tempfile.mkstemp(prefix="bench-etcd-", suffix=".log")
+        client, peer = free_ports(2)
+        self.addr, purl = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        argv = [etcd, "--name", "bench", "--data-dir", os.path.join(self.dir, "bench.etcd"),
+                "--listen-client-urls", self.addr, "--advertise-client-urls", self.addr,
+                "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                "--initial-cluster", f"bench={purl}", "--initial-cluster-state", "new",
+                "--initial-cluster-token", "conlock-bench-" + os.path.basename(self.dir)]
+        with os.fdopen(fd, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.dir, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        self.kind = f"etcd {self.version} single member ({etcd}, pid {self.proc.pid}, data on {self.dir})"
+        if not wait_for(self._ready, 60) or self.proc.poll() is not None:
+            tail = read_text(self.logpath)[-2000:]
+            self.stop()
+            raise SystemExit(f"bench: etcd ({' '.join(argv)}) was not healthy within 60 s; its log:\n{tail}")
+
+    @property
+    def hostport(self):
+        return self.addr.split("://", 1)[1]
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            return True
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(self.addr + "/health", timeout=2) as r:
+                ok = b'"true"' in r.read()
+        except (urllib.error.URLError, OSError):
+            ok = False
+        if not ok:
+            time.sleep(0.05)
+        return ok
+
+    def call(self, path, body, timeout=30):
+        req = urllib.request.Request(self.addr + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout) as r:
+            return json.loads(r.read() or b"{}")
+
+    def holder(self, name):
+        """The key holding `etcdctl lock NAME` (the smallest create revision under NAME/),
+        or None."""
+        b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+        try:
+            kvs = self.call("/v3/kv/range", {"key": b64(name.encode() + b"/"), "range_end": b64(name.encode() + b"0")}).get("kvs", [])
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        return min(kvs, key=lambda kv: int(kv["create_revision"]))["key"] if kvs else None
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.unlink(self.logpath)
+        except OSError:
+            pass
+
+
+def etcd_version(etcd):
+    try:
+        out = subprocess.run([etcd, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SystemExit(f"bench: cannot run {etcd} --version: {e}")
+    m = re.search(r"etcd Version: (\S+)", out)
+    if not m:
+        raise SystemExit(f"bench: {etcd} is not an etcd binary (`etcd --version` said {out.strip()!r})")
+    return m.group(1)
+
+
+def etcdctl_beside(etcd):
+    """etcdctl beside the etcd binary, else on PATH (Debian's etcd-client)."""
+    beside = os.path.join(os.path.dirname(etcd), "etcdctl")
+    found = beside if os.access(beside, os.X_OK) else shutil.which("etcdctl")
+    if not found:
+        raise SystemExit(f"bench: no etcdctl beside {etcd} or on PATH (install Debian's etcd-client)")
+    return found
+
+
+# Both tools with etcdctl's default lease TTL, 10 s. conlock refuses a --kill-grace plus its
+# margin above TTL/2 on etcd, so its default 5 s grace is cut to 2 s (the lock-delay stays
+# 15 s: it only matters after an involuntary end, which these rows do not have).
+ETCD_TTL_S = 10
+ETCD_CONLOCK_TIMINGS = ["--ttl", f"{ETCD_TTL_S}s", "--kill-grace", "2s"]
+
+
+class EtcdTool(Tool):
+    """`conlock run --backend etcd --key NAME` or `etcdctl lock NAME`: each finds etcd
+    through ETCDCTL_ENDPOINTS (the counting proxy's address where `addr` is given)."""
+
+    def env(self, addr=None):
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "CONLOCK_", "ETCDCTL_"))}
+        e["ETCDCTL_API"] = "3"
+        e["ETCDCTL_ENDPOINTS"] = "http://" + (addr or self.server.hostport)
+        if self.name == "conlock":
+            e["CONLOCK_BACKEND"] = "etcd"
+        return e
+
+    def lock_cmd(self, prefix, cmd, extra=()):
+        if self.name == "conlock":
+            return [self.binary, "run", "--key", prefix, *ETCD_CONLOCK_TIMINGS, *extra, "--", *cmd]
+        # etcdctl (cobra) needs `--` before a command with flags of its own.
+        return [self.binary, "lock", f"--ttl={ETCD_TTL_S}", *extra, prefix, "--", *cmd]
+
+    def sem_cmd(self, prefix, limit, cmd):
+        assert self.name == "conlock", "etcdctl has no semaphore"
+        return [self.binary, "sem", "--limit", str(limit), "--prefix", prefix, *ETCD_CONLOCK_TIMINGS, "--", *cmd]
+
+    def holder(self, prefix):
+        return self.server.holder(prefix)
+
+    def run(self, argv, addr=None, **kw):
+        # etcdctl prints the key it holds: not into the table.
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        return super().run(argv, addr=addr, **kw)
+
+
+def bench_etcd_uncontended(tools, runs, proxy):
+    """Wall time of `run -- true` beside `etcdctl lock NAME -- true`, interleaved (with
+    spawning `true` alone as the floor); conlock's requests per run through the counting
+    proxy (etcdctl speaks gRPC, HTTP/2: not counted); two runs per tool check that the
+    lock is held while the command runs. Every run must exit 0."""
+    walls = {t.name: [] for t in tools}
+    problems = {t.name: [] for t in tools}
+    errs = {t.name: ErrLog(f"12-{t.name}") for t in tools}
+    floor = []
+    for i in range(runs + 3):
+        t0 = time.perf_counter()
+        subprocess.Popen(["true"], env=tools[0].env(), stdin=subprocess.DEVNULL).wait()
+        if i >= 3:
+            floor.append((time.perf_counter() - t0) * 1000)
+        for tool in tools:
+            t0 = time.perf_counter()
+            code = tool.run(tool.lock_cmd(f"bench/etcd/uncontended/{tool.name}", ["true"]),
+                            stderr=errs[tool.name].f).wait()
+            wall = time.perf_counter() - t0
+            if code != 0:
+                problems[tool.name].append(f"timed run {i} exited {code}{errs[tool.name].last()}")
+            elif i >= 3:  # warm-up
+                walls[tool.name].append(wall * 1000)
+    counts = []
+    c = tools[0]
+    for i in range(3):
+        before = proxy.requests()
+        code = c.run(c.lock_cmd(f"bench/etcd/uncontended/{c.name}", ["true"]), addr=proxy.hostport,
+                     stderr=errs[c.name].f).wait()
+        if code != 0:
+            problems[c.name].append(f"counted run {i} exited {code}{errs[c.name].last()}")
+        else:
+            counts.append(proxy.requests() - before)
+    if proxy.errors:
+        problems[c.name].append(f"the counting proxy misread {proxy.errors} request streams")
+    for i in range(2):
+        for tool in tools:
+            why = run_with_go(tool, f"bench/etcd/held/{tool.name}/{i}/.lock", errs[tool.name])
+            if why:
+                problems[tool.name].append(why)
+    return {t.name: {"runs": runs, "wall_ms_p50": median(walls[t.name]), "wall_ms_p99": pct(walls[t.name], 99),
+                     "true_wall_ms_p50": median(floor),
+                     "requests_per_run": median(counts) if t is c else None,
+                     "requests_per_run_all": counts if t is c else None,
+                     "timings": ETCD_CONLOCK_TIMINGS if t is c else [f"--ttl={ETCD_TTL_S}"],
+                     "problems": problems[t.name]} for t in tools}
+
+
+def etcd_sem_available(tool):
+    """None if `conlock sem --backend etcd` takes a lock, else what it said when it refused
+    (before the etcd semaphore existed: 'does not support --backend etcd yet', exit 125)."""
+    r = subprocess.run(tool.sem_cmd(f"bench/etcd/sem-probe/{time.time_ns()}", 4, ["true"]), env=tool.env(),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if r.returncode == 125 and re.search(r"not support|not supported|yet", r.stderr):
+        return r.stderr.strip()[-300:]
+    if r.returncode != 0:
+        raise RowFailed(f"conlock sem --backend etcd -- true exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    return None
+
+
+def bench_etcd_semaphore(tool, proxy, jobs, job_s, limit, rounds):
+    """Row 5 on etcd, conlock only (etcdctl has no semaphore). A `conlock sem` that still
+    refuses etcd makes the row 'not available': a MISS, never a PASS."""
+    why = etcd_sem_available(tool)
+    if why:
+        return {"conlock": {"error": f"not available: conlock sem --backend etcd refused ({why})", "unavailable": True}}
+    res = bench_semaphore([tool], tool.server, proxy, jobs, job_s, limit, rounds)
+    if proxy.errors:
+        res["conlock"]["problems"].append(f"the counting proxy misread {proxy.errors} request streams")
+    return res
+
+
 # Verdicts --------------------------------------------------------------------------
 class Max:
     def __init__(self, x, text=None):
@@ -1460,7 +1667,7 @@ class Ratio(Max):
     """At most x times consul lock's value, measured in the same run."""
 
     def text(self, unit):
-        return f"<= {self.x:g}x consul lock"
+        return self._text or f"<= {self.x:g}x consul lock"
 
     def ok(self, v, other):
         return isinstance(other, (int, float)) and v <= self.x * other
@@ -1525,15 +1732,33 @@ SPEC = [
 ]
 
 
+# The etcd rows (--etcd-bin), the same on both kinds of Consul: the ratios are to
+# `etcdctl lock` on the same etcd, measured in the same run (issue 33).
+ETCD_SPEC = [
+    ("12 etcd uncontended wall p50", "12_etcd_uncontended", "wall_ms_p50", "ms", Ratio(0.3, "<= 0.3x etcdctl lock"), None),
+    ("12 etcd uncontended wall p99", "12_etcd_uncontended", "wall_ms_p99", "ms", None, None),
+    ("12 etcd spawning `true` alone, p50", "12_etcd_uncontended", "true_wall_ms_p50", "ms", None, None),
+    ("12 etcd requests per uncontended run", "12_etcd_uncontended", "requests_per_run", "", None, None),
+    ("13 etcd handoff, 5 waiters, p50", "13_etcd_handoff_5", "p50_ms", "ms", Ratio(0.7, "<= 0.7x etcdctl lock"), None),
+    ("13 etcd handoff, 5 waiters, p99", "13_etcd_handoff_5", "p99_ms", "ms", Ratio(0.7, "<= 0.7x etcdctl lock"), None),
+    ("13 etcd handoff, 5 waiters, overlaps", "13_etcd_handoff_5", "overlaps", "", Eq(0), None),
+    ("14 etcd semaphore wall / ideal", "14_etcd_semaphore", "ratio", "x", Max(1.05), None),
+    ("14 etcd semaphore max concurrent", "14_etcd_semaphore", "max_concurrent", "", Max(4), None),
+    ("14 etcd semaphore requests per job", "14_etcd_semaphore", "requests_per_job", "", None, None),
+    ("14 etcd freed slot to next start, p50", "14_etcd_semaphore", "slot_gap_ms_p50", "ms", None, None),
+]
+ETCD_SPEC = [(label, key, field, unit, dev, dev) for label, key, field, unit, dev, _ in ETCD_SPEC]
+
+
 SHARED = {"true_wall_ms_p50", "true_wall_ms_p99", "protocol_floor_ms_p50", "proxy_errors"}
 
 
-def judge(tools, real):
+def judge(tools, real, spec=SPEC, other="consul-lock"):
     """One line per measured SPEC entry: (label, value, unit, target text, verdict,
     consul lock's value, ratio), and the reasons of the MISSes. A row that failed, or
     had problems, is a MISS on every line with a target; so is a ratio whose `consul
-    lock` runs failed."""
-    c, o = tools.get("conlock", {}), tools.get("consul-lock")
+    lock` (`other`) runs failed."""
+    c, o = tools.get("conlock", {}), tools.get(other)
     lines, reasons = [], {}
 
     def trouble(row, name):
@@ -1545,7 +1770,7 @@ def judge(tools, real):
             return "; ".join(row["problems"][:5]) + (f"; and {len(row['problems']) - 5} more" if len(row["problems"]) > 5 else "")
         return None
 
-    for label, key, field, unit, dev, agent in SPEC:
+    for label, key, field, unit, dev, agent in spec:
         row = c.get(key)
         if row is None:
             continue
@@ -1567,14 +1792,14 @@ def judge(tools, real):
             why = trouble(row, "conlock")
             if why:
                 reasons[f"{key} (conlock)"] = why
-            owhy = trouble(orow, "consul lock") if isinstance(target, Ratio) else None
+            owhy = trouble(orow, other) if isinstance(target, Ratio) else None
             if owhy:
-                reasons[f"{key} (consul lock: nothing to compare with)"] = owhy
+                reasons[f"{key} ({other.replace('-', ' ')}: nothing to compare with)"] = owhy
             if why or owhy or v is None or (isinstance(target, Ratio) and ov is None):
                 verdict = "MISS"
             else:
                 verdict = "PASS" if target.ok(v, ov) else "MISS"
-        shown = "failed" if "error" in row else v
+        shown = ("not avail." if row.get("unavailable") else "failed") if "error" in row else v
         if v is None and "error" not in row and target is None:
             continue  # not measured here (no C compiler, no strace, ...) and nothing to judge
         lines.append((label, shown, unit, target.text(unit) if target else "", verdict, ov, ratio))
@@ -1593,9 +1818,11 @@ def fmt(v, unit=""):
 
 def report(r, out, real):
     lines, reasons = judge(r["tools"], real)
-    other = "consul-lock" in r["tools"]
+    elines, ereasons = judge(r["tools"], real, ETCD_SPEC, "etcdctl")
     n = r["noise"]
     print(f"server: {r['server']}")
+    if r.get("etcd"):
+        print(f"etcd: {r['etcd']['server']}; etcdctl: {r['etcd']['etcdctl']}")
     print(f"machine: {n['cpus']} CPUs, load average {n['loadavg_start']} at the start, "
           f"{n['loadavg_end']} at the end; targets for {'a real agent' if real else 'the dev server'}")
     if n.get("agent"):
@@ -1603,20 +1830,30 @@ def report(r, out, real):
         print(f"agent: {a['late_answers']} answers came more than 1 s later than asked for"
               + (f" (worst {a['worst_late_s']:.1f} s late: the agent was stalled; see {n['agent_log']})"
                  if a["late_answers"] else ""))
-    head = f"{'measurement':<38} {'conlock':>11} {'target':>22} {'verdict':>7}"
-    if other:
-        head += f" {'consul lock':>11} {'ratio':>6}"  # ratio: conlock / consul lock
-    print(head)
-    print("-" * len(head))
-    for label, v, unit, target, verdict, ov, ratio in lines:
-        line = f"{label:<38} {fmt(v, unit) + (' ' + unit if unit and isinstance(v, (int, float)) else ''):>11} {target:>22} {verdict:>7}"
+    # The Consul rows beside `consul lock`, then the etcd rows beside `etcdctl lock`.
+    for rows, why, name, label in ((lines, reasons, "consul-lock", "consul lock"),
+                                   (elines, ereasons, "etcdctl", "etcdctl lock")):
+        if not rows:
+            continue
+        other = name in r["tools"]
+        w = max(11, len(label))
+        head = f"{'measurement':<38} {'conlock':>11} {'target':>22} {'verdict':>7}"
         if other:
-            line += f" {fmt(ov, unit):>11} {'n/a' if ratio is None else f'{ratio:.3f}':>6}"
-        print(line)
-    if real and not other:
-        print("(the targets relative to `consul lock` are not judged: it was not measured)")
-    for what, why in reasons.items():
-        print(f"  {what}: {why}")
+            head += f" {label:>{w}} {'ratio':>6}"  # ratio: conlock / the other tool
+        if rows is elines:
+            print()
+        print(head)
+        print("-" * len(head))
+        for lbl, v, unit, target, verdict, ov, ratio in rows:
+            line = f"{lbl:<38} {fmt(v, unit) + (' ' + unit if unit and isinstance(v, (int, float)) else ''):>11} {target:>22} {verdict:>7}"
+            if other:
+                line += f" {fmt(ov, unit):>{w}} {'n/a' if ratio is None else f'{ratio:.3f}':>6}"
+            print(line)
+        if real and not other and rows is lines:
+            print("(the targets relative to `consul lock` are not judged: it was not measured)")
+        for what, text in why.items():
+            print(f"  {what}: {text}")
+    lines = lines + elines
     b = r.get("binary", {})
     print(f"\nresults written to {out} (conlock: {b.get('path')}, {b.get('linking')})")
     verdicts = [l[4] for l in lines if l[4]]
@@ -1640,9 +1877,13 @@ def main():
                          "compare with its `consul lock` (real-agent targets)")
     ap.add_argument("--consul-addr", help="measure against this Consul instead of a dev server (real-agent targets)")
     ap.add_argument("--compare-consul-lock", metavar="PATH", help="also measure this consul binary's `consul lock`")
+    ap.add_argument("--etcd-bin", metavar="PATH",
+                    help="also start a single-member etcd from this binary on loopback and measure rows 12-14 "
+                         "on it, beside the etcdctl found beside it or on PATH")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--out", help="default: bench/results.json, bench/results-consul.json against a real agent")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="comma-separated measurement numbers")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
+                    help="comma-separated measurement numbers (12-14: etcd, with --etcd-bin)")
     a = ap.parse_args()
     only = {int(x) for x in a.only.split(",")}
     binary = os.path.abspath(a.bin)
@@ -1665,8 +1906,22 @@ def main():
     if compare:
         tools.append(Tool("consul-lock", os.path.abspath(compare), server))
         results["consul_lock"] = os.path.abspath(compare)
-    names = " and ".join(t.name for t in tools)
     per_tool = {t.name: {} for t in tools}
+    etcd = etcd_proxy = None
+    etcd_tools = []
+    if a.etcd_bin and only & {12, 13, 14}:
+        etcdctl = etcdctl_beside(os.path.abspath(a.etcd_bin))
+        try:
+            etcd = EtcdServer(os.path.abspath(a.etcd_bin))
+        except BaseException:
+            proxy.close()
+            server.stop()
+            raise
+        etcd_proxy = CountingProxy(etcd.hostport)
+        etcd_tools = [EtcdTool("conlock", binary, etcd), EtcdTool("etcdctl", etcdctl, etcd)]
+        per_tool["etcdctl"] = {}
+        results["etcd"] = {"server": etcd.kind, "etcdctl": etcdctl, "version": etcd.version,
+                           "conlock_timings": ETCD_CONLOCK_TIMINGS, "etcdctl_ttl_s": ETCD_TTL_S}
 
     def row(key, by_tool, fn, *args):
         """Runs one row; a row that cannot be measured is recorded as failed (a MISS)."""
@@ -1719,9 +1974,19 @@ def main():
             row("7_devserver_wakeup", conlock, bench_wakeup, server, 1000)
         if 8 in only:
             per_tool["conlock"]["8_binary"] = {"size_mb": os.path.getsize(binary) / 1e6}
+        etcd_names = [t.name for t in etcd_tools]
+        if etcd and 12 in only:
+            row("12_etcd_uncontended", etcd_names, bench_etcd_uncontended, etcd_tools, runs, etcd_proxy)
+        if etcd and 13 in only:
+            row("13_etcd_handoff_5", etcd_names, bench_handoff, etcd_tools, 5, 10 if a.quick else 200, 1 if a.quick else 4)
+        if etcd and 14 in only:
+            row("14_etcd_semaphore", conlock, bench_etcd_semaphore, etcd_tools[0], etcd_proxy, 60, 0.2, 4, 1 if a.quick else 2)
     finally:
         proxy.close()
         server.stop()
+        if etcd:
+            etcd_proxy.close()
+            etcd.stop()
     results["tools"] = per_tool
     results["noise"]["loadavg_end"] = loadavg()
     if isinstance(server, ConsulAgent):

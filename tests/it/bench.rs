@@ -154,3 +154,78 @@ fn bench_misses_when_holders_overlap() {
         .unwrap();
     assert!(overlaps > 0, "{}", r["tools"]["conlock"]["2_handoff"]);
 }
+
+/// `--etcd-bin`: rows 12-14 on an etcd the harness starts, beside `etcdctl lock`. Until
+/// `conlock sem` takes etcd, row 14 says "not avail." and is a MISS, never a PASS; the
+/// data dir on /dev/shm is gone afterwards.
+#[test]
+fn bench_etcd_rows_beside_etcdctl_lock() {
+    let Some(etcd) = crate::etcd_harness::etcd_bin() else {
+        return;
+    };
+    if crate::etcd_harness::etcdctl_bin(&etcd).is_none() {
+        return;
+    }
+    let out = scratch("bench-etcd").join("results.json");
+    let (run, stdout, stderr) = bench(
+        &[
+            "--bin",
+            BIN.path(),
+            "--quick",
+            "--only",
+            "12,13,14",
+            "--etcd-bin",
+            etcd.to_str().unwrap(),
+        ],
+        &out,
+        &[],
+    );
+    let missed = stdout.contains(" MISS");
+    assert_eq!(
+        run.status.code(),
+        Some(i32::from(missed)),
+        "exit status against the verdicts:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("measurement ") && l.contains("etcdctl lock")),
+        "no etcd table beside etcdctl lock:\n{stdout}"
+    );
+    // Both tools measured, every job exited 0, no two overlapped.
+    for label in [
+        "12 etcd uncontended wall p50",
+        "13 etcd handoff, 5 waiters, p50",
+    ] {
+        let l = line(&stdout, label);
+        assert!(
+            l.contains(" ms ") && l.contains(" PASS") ^ l.contains(" MISS"),
+            "{l}\n{stderr}"
+        );
+        assert!(!l.contains("failed"), "{l}\n{stdout}\n{stderr}");
+    }
+    assert!(line(&stdout, "13 etcd handoff, 5 waiters, overlaps").contains(" PASS"));
+    let sem = line(&stdout, "14 etcd semaphore wall / ideal");
+    let refused = std::process::Command::new(BIN.path())
+        .args([
+            "sem",
+            "--backend",
+            "etcd",
+            "--endpoints",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--limit", "1", "--prefix", "p", "--", "true"])
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&refused.stderr).contains("does not support --backend etcd yet") {
+        assert!(sem.contains("not avail.") && sem.contains(" MISS"), "{sem}");
+        assert_eq!(run.status.code(), Some(1));
+    } else {
+        assert!(!sem.contains("not avail."), "{sem}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&read(&out)).unwrap();
+    assert!(json["tools"]["etcdctl"]["12_etcd_uncontended"]["wall_ms_p50"].is_number());
+    let data = json["etcd"]["server"].as_str().unwrap().to_string();
+    let dir = data.split("data on ").nth(1).unwrap().trim_end_matches(')');
+    assert!(!Path::new(dir).exists(), "{dir} left behind");
+}

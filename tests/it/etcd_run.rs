@@ -230,6 +230,38 @@ fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() 
     assert_eq!(rec["create_revision"], rev, "{rec}");
 }
 
+/// Someone rewrites the holder record while conlock holds: the release, which knows the
+/// record it wrote without reading it, finds it changed, reads it, deletes only its own
+/// key (the other record stays as it is) and still reports `released`.
+#[test]
+fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("record");
+    let dir = scratch("etcd-record");
+    let (ev, go) = (dir.join("events"), dir.join("go"));
+    let ev_arg = ev.display().to_string();
+    let h = run_lock(etcd, &name, &["--events", &ev_arg], &until_exists(&go));
+    assert!(wait_for(LONG, || read(&ev).contains("\"acquired\"")));
+    let foreign = r#"{"key":"elsewhere/1","create_revision":1,"lock_delay_ms":0,"released":true}"#;
+    c.put(&PutRequest::new(format!("{name}.conlock"), foreign))
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = h.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = read(&ev);
+    assert!(events.contains("\"event\":\"released\""), "{events}");
+    let rec = c
+        .range(&RangeRequest::key(format!("{name}.conlock")))
+        .unwrap();
+    assert_eq!(rec.kvs[0].value, foreign.as_bytes());
+    assert!(keys_under(&c, &format!("{name}/")).is_empty());
+}
+
 #[test]
 fn ten_contenders_never_overlap() {
     let Some(etcd) = Etcd::shared() else { return };
@@ -865,4 +897,134 @@ fn a_waiter_that_gives_up_in_the_cushion_leaves_it_to_the_next() {
     assert_eq!(sp.len(), 2, "{}", read(&log));
     assert!(sp[0].2 < sp[1].1, "{sp:?}");
     assert!(sp[1].1 >= launched + 3_000_000_000, "{sp:?}");
+}
+
+/// The member conlock talks to (the leader, first in its endpoints) is SIGKILLed while
+/// conlock holds, and restarted on its data dir. conlock fails over to another endpoint
+/// and keeps holding (leases survive a leader change): its command runs on through the
+/// restart and it exits 0; the waiter (on the other members) starts only after the
+/// holder's command ended.
+#[test]
+fn a_member_restart_under_the_holder_it_keeps_holding_and_nobody_overlaps() {
+    let Some(mut cluster) = EtcdCluster::start("rst", &EtcdOptions::fast()) else {
+        return;
+    };
+    let leader = cluster.wait_leader(LONG);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let ep = |order: &[usize]| {
+        let v: Vec<String> = order
+            .iter()
+            .map(|&i| cluster.members[i].endpoint())
+            .collect();
+        v.join(",")
+    };
+    let eps_a = ep(&[leader, others[0], others[1]]);
+    let eps_b = ep(&[others[0], others[1], leader]);
+    let c = crate::etcd_harness::client_for(&eps_b, Duration::from_secs(2));
+    let name = unique_name("restart");
+    let dir = scratch("etcd-restart");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "6s", "--lock-delay", "3s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &eps_a,
+        &name,
+        &timings,
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(
+        &eps_b,
+        &name,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &name, 2);
+    cluster.members[leader].kill();
+    cluster.wait_leader_among(&others, LONG);
+    cluster.members[leader].restart();
+    cluster.members[leader]
+        .wait_healthy(crate::etcd_harness::READY_WITHIN)
+        .unwrap_or_else(|log| panic!("the restarted member did not become healthy: {log}"));
+    let restarted = now_ns();
+    // Past a whole TTL after the restart: a holder that lost its lease would know by now.
+    assert!(
+        wait_for(LONG, || now_ns() > restarted + 7_000_000_000),
+        "the clock stood still"
+    );
+    assert!(
+        a.0.try_wait().unwrap().is_none(),
+        "the holder ended during the restart"
+    );
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut a.0, LONG);
+    let mut aerr = String::new();
+    std::io::Read::read_to_string(a.0.stderr.as_mut().unwrap(), &mut aerr).unwrap();
+    assert_eq!(st.code(), Some(0), "holder: {st}: {aerr}");
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let text = read(&log);
+    let sp = spans(&text);
+    assert_eq!(sp.len(), 2, "{text}");
+    // The command ran on through the restart (it still beat after it), and the waiter
+    // started after its last sign of life.
+    assert!(sp[0].2 > restarted, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap across a member restart: {sp:?}");
+}
+
+/// The leader freezes while a waiter waits on it (the leader is the waiter's only
+/// reachable first endpoint) and the holder, on the other members, finishes meanwhile:
+/// the waiter gets the lock through another member before the leader comes back, and
+/// never starts beside the holder's command.
+#[test]
+fn a_frozen_leader_under_a_waiter_the_waiter_fails_over_and_nobody_overlaps() {
+    let Some(cluster) = EtcdCluster::start("frw", &EtcdOptions::fast()) else {
+        return;
+    };
+    let leader = cluster.wait_leader(LONG);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let ep = |order: &[usize]| {
+        let v: Vec<String> = order
+            .iter()
+            .map(|&i| cluster.members[i].endpoint())
+            .collect();
+        v.join(",")
+    };
+    let eps_a = ep(&[others[0], others[1], leader]);
+    let eps_b = ep(&[leader, others[0], others[1]]);
+    let c = crate::etcd_harness::client_for(&eps_a, Duration::from_secs(2));
+    let name = unique_name("frozen-waiter");
+    let dir = scratch("etcd-frozen-waiter");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut a = KillOnDrop(run_lock_at(
+        &eps_a,
+        &name,
+        &["--ttl", "6s", "--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock_at(
+        &eps_b,
+        &name,
+        &["-v"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &name, 2);
+    cluster.members[leader].stop();
+    cluster.wait_leader_among(&others, LONG);
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut a.0, LONG);
+    assert_eq!(st.code(), Some(0), "holder: {st}");
+    let released = Instant::now();
+    // Generous: a waiter whose watch hangs on the frozen member notices after a silent
+    // watch read (30 s), then fails over.
+    let st = wait_exit(&mut b.0, Duration::from_secs(120));
+    let took = released.elapsed();
+    cluster.members[leader].cont();
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(0), "waiter: {st}: {berr}");
+    let text = read(&log);
+    let sp = spans(&text);
+    assert_eq!(sp.len(), 2, "{text}");
+    assert!(sp[0].2 < sp[1].1, "overlap across a frozen leader: {sp:?}");
+    eprintln!("the waiter held {took:?} after the holder's release, its leader frozen");
 }
