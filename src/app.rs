@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::etcd_lock::EtcdLock;
+use crate::claim::etcd_semaphore::EtcdSemaphore;
 use crate::claim::lock::Lock;
 use crate::claim::semaphore::Semaphore;
 use crate::claim::{HolderValue, MonitorPolicy, Store};
@@ -293,7 +294,9 @@ fn consul_only(conn: &ConnArgs, what: &str) -> Result<()> {
 }
 
 fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
-    consul_only(conn, "sem")?;
+    if backend(conn)? == Backend::Etcd {
+        return run_etcd_sem(conn, args);
+    }
     let prefix = normalize_key(&args.prefix, "--prefix")?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
     crate::events::install(
@@ -307,6 +310,34 @@ fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
         limit: args.limit,
         value: prepared.value.clone(),
     };
+    hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
+}
+
+/// `sem --backend etcd`: conlock's own semaphore layout under `P/` (docs/safety.md).
+fn run_etcd_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
+    // `P/` names the same semaphore as `P` (its keys are `P/<lease hex>` either way).
+    let prefix = args.prefix.trim_end_matches('/');
+    if prefix.is_empty() {
+        return Err(Error::Usage(format!(
+            "--prefix {:?} names no semaphore: give a name such as jobs/backup",
+            args.prefix
+        )));
+    }
+    if prefix.chars().any(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "--prefix {prefix:?} contains control characters"
+        )));
+    }
+    let prefix = prefix.to_string();
+    let mut prepared = prepare(conn, &args.hold, "delete")?;
+    crate::events::install(
+        prepared.events.take(),
+        "semaphore",
+        &prefix,
+        &prepared.about,
+    );
+    prepared.client.warn_known_server_bugs();
+    let sem = EtcdSemaphore::new(prefix, args.limit, prepared.value.clone());
     hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
 }
 

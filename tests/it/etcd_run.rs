@@ -612,8 +612,8 @@ fn bad_flag_combinations_are_refused_before_any_request() {
             "does not support --backend etcd yet",
         ),
         (
-            vec!["sem", "--backend", "etcd", "-n", "2", "--prefix", "p"],
-            "does not support --backend etcd yet",
+            vec!["sem", "--backend", "etcd", "-n", "2", "--prefix", "/"],
+            "names no semaphore",
         ),
     ];
     for (args, want) in cases {

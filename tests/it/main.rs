@@ -9,6 +9,7 @@ mod edges;
 mod etcd_client;
 mod etcd_harness;
 mod etcd_run;
+mod etcd_sem;
 mod faults;
 mod guardian;
 mod harness;
