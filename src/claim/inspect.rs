@@ -469,10 +469,9 @@ fn etcd_holder(c: &EtcdClient, kv: &KeyValue) -> Holder {
             .and_then(Value::as_str)
             .and_then(|d| crate::duration::parse(d).ok())
             .map(|d| d.as_nanos() as u64),
-        held_since: value
-            .get("started")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        // conlock writes its value when it queues, not when it starts to hold: etcd
+        // keeps no time of the acquisition.
+        held_since: None,
         value,
     }
 }
@@ -514,21 +513,31 @@ fn etcd_read(c: &EtcdClient, target: &Target) -> Result<(Snapshot, u64)> {
     };
     let rev = r.header.revision as u64;
     if !semaphore {
-        let holder = keys.first().map(|kv| etcd_holder(c, kv));
         let record = lock_record
             .first()
             .and_then(|kv| serde_json::from_slice::<HolderRecord>(&kv.value).ok());
-        // The cushion: the last conlock holder's end was not its own release, and its
-        // key is gone. conlock waiters wait its lock-delay before they hold.
-        let lock_delay = match (&holder, record) {
-            (None, Some(rec)) if !rec.released && rec.lock_delay_ms > 0 => {
-                Some(Box::new(LockDelayHint {
-                    up_to_ns: Some(rec.lock_delay_ms * 1_000_000),
-                    until: None,
-                    value: serde_json::to_value(&rec).unwrap_or(Value::Null),
-                    cushion_of: Some(session_in(&rec.key)),
-                }))
-            }
+        // The cushion: the last conlock holder's end was not its own release (its key
+        // is gone). conlock waiters wait its lock-delay before they hold.
+        let cushion = record.filter(|rec| {
+            !rec.released
+                && rec.lock_delay_ms > 0
+                && !keys.iter().any(|k| {
+                    k.key == rec.key.as_bytes() && k.create_revision == rec.create_revision
+                })
+        });
+        // The first key holds, as etcdctl counts; but a conlock contender (a value: etcdctl
+        // writes none) that is first during a cushion is still waiting it out.
+        let first = keys
+            .first()
+            .filter(|kv| cushion.is_none() || kv.value.is_empty());
+        let holder = first.map(|kv| etcd_holder(c, kv));
+        let lock_delay = match (&holder, cushion) {
+            (None, Some(rec)) => Some(Box::new(LockDelayHint {
+                up_to_ns: Some(rec.lock_delay_ms * 1_000_000),
+                until: None,
+                value: serde_json::to_value(&rec).unwrap_or(Value::Null),
+                cushion_of: Some(session_in(&rec.key)),
+            })),
             _ => None,
         };
         return Ok((
@@ -536,9 +545,9 @@ fn etcd_read(c: &EtcdClient, target: &Target) -> Result<(Snapshot, u64)> {
                 key: name.to_string(),
                 holder,
                 lock_index: 0,
-                fencing_token: keys.first().map_or(0, |kv| kv.create_revision as u64),
+                fencing_token: first.map_or(0, |kv| kv.create_revision as u64),
                 lock_delay,
-                waiting: Some(keys.len().saturating_sub(1)),
+                waiting: Some(keys.len() - usize::from(first.is_some())),
                 fencing: "create revision",
             },
             rev,

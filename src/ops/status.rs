@@ -102,7 +102,7 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                 },
                 Some(h) => {
                     rows.push(("state".into(), "held".into()));
-                    holder_rows(&mut rows, h, now, "");
+                    holder_rows(&mut rows, h, now, "", *fencing != "ModifyIndex");
                     if *fencing == "ModifyIndex" {
                         rows.push(("lock index".into(), lock_index.to_string()));
                     }
@@ -158,7 +158,7 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             }
             for (i, h) in holders.iter().enumerate() {
                 rows.push((format!("holder {}", i + 1), String::new()));
-                holder_rows(&mut rows, h, now, "  ");
+                holder_rows(&mut rows, h, now, "  ", vanished.is_some());
             }
         }
     }
@@ -178,7 +178,15 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
     out
 }
 
-fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, indent: &str) {
+/// `no_times`: the store keeps no time of the acquisition, and conlock's value was
+/// written when queueing (etcd).
+fn holder_rows(
+    rows: &mut Vec<(String, String)>,
+    h: &Holder,
+    now: SystemTime,
+    indent: &str,
+    no_times: bool,
+) {
     let name = h
         .name
         .as_deref()
@@ -199,6 +207,11 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
             .map(|s| format!(" ({s} ago)"))
             .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
+    } else if no_times {
+        rows.push((
+            format!("{indent}held since"),
+            "unknown (etcd keeps no time of the acquisition)".into(),
+        ));
     } else {
         // Only conlock's default value records it: Consul keeps no times, only indexes.
         rows.push((

@@ -8,6 +8,7 @@ mod devserver_faults;
 mod edges;
 mod etcd_client;
 mod etcd_harness;
+mod etcd_ops;
 mod etcd_run;
 mod etcd_sem;
 mod faults;
