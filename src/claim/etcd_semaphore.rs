@@ -401,7 +401,12 @@ impl EtcdSemaphore {
                 filters: vec![WatchFilter::NoPut],
                 ..Default::default()
             };
-            let mut stream = match while_waiting(c.watch(&req, read), deadline)? {
+            let watch = match c.watch(&req, read) {
+                // Compacted since the look: look again.
+                Err(EtcdError::Compacted { .. }) => continue,
+                r => r,
+            };
+            let mut stream = match while_waiting(watch, deadline)? {
                 Waited::Got(s) => s,
                 Waited::Retry => continue,
                 Waited::Busy => return Ok(None),
