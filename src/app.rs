@@ -294,8 +294,12 @@ fn target_on(conn: &ConnArgs, a: &TargetArgs) -> Result<ops::Target> {
         (Some(k), _, _) => Ok(ops::Target::Key(etcd_name(k)?)),
         (None, Some(p), kind) => {
             let p = p.trim_end_matches('/');
-            let p = etcd_name(p)
-                .map_err(|_| Error::Usage(format!("--prefix {p:?} names no lock or semaphore")))?;
+            if p.is_empty() {
+                return Err(Error::Usage(
+                    "--prefix names no lock or semaphore: give a name such as jobs/backup".into(),
+                ));
+            }
+            let p = etcd_name(p)?;
             Ok(match kind {
                 Kind::Auto => ops::Target::Prefix(p),
                 Kind::Lock => ops::Target::Key(p),
