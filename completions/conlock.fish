@@ -34,7 +34,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_need
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -50,7 +50,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_need
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "sem" -d 'Run a command while holding one of N semaphore slots'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "watch" -d 'Print a line (or run a handler) each time the holder changes'
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session (etcd: revoking its lease)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_needs_command" -f -a "man" -d 'Print the man page (roff) of conlock or of one subcommand'
@@ -84,7 +84,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand run" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -126,7 +126,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand sem" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -156,7 +156,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand status" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -184,7 +184,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand watch" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -213,7 +213,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l datacenter -d 'Datacenter to use, sent as ?dc= [env: CONSUL_DATACENTER]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l namespace -d 'Namespace (Consul Enterprise), sent as ?ns= [env: CONSUL_NAMESPACE]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l tls-server-name -d 'Name expected in the agent\'s certificate and sent as SNI, when it differs from the address\'s host [env: CONSUL_TLS_SERVER_NAME]' -r
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l backend -d 'The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]' -r -f -a "consul\t''
 etcd\t''"
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l endpoints -d 'etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand break" -l etcd-cacert -d 'CA certificate to verify etcd\'s certificate [env: ETCDCTL_CACERT]' -r -F
@@ -246,7 +246,7 @@ complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_usin
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "sem" -d 'Run a command while holding one of N semaphore slots'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "status" -d 'Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "watch" -d 'Print a line (or run a handler) each time the holder changes'
-complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session'
+complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "break" -d 'Force-release a stuck lock or semaphore slot by destroying the holder\'s session (etcd: revoking its lease)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "dev-server" -d 'Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "completions" -d 'Print a shell completion script'
 complete -c conlock -n "not __fish_conlock_after_dashes; and __fish_conlock_using_subcommand help; and not __fish_seen_subcommand_from run sem status watch break dev-server completions man help" -f -a "man" -d 'Print the man page (roff) of conlock or of one subcommand'

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::etcd_lock::EtcdLock;
+use crate::claim::etcd_semaphore::EtcdSemaphore;
 use crate::claim::lock::Lock;
 use crate::claim::semaphore::Semaphore;
 use crate::claim::{HolderValue, MonitorPolicy, Store};
@@ -60,22 +61,19 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run_lock(&args.conn.or(&cli.conn), args),
         Command::Sem(args) => run_sem(&args.conn.or(&cli.conn), args),
         Command::Status(args) => {
-            let t = target(&args.target)?;
             let conn = args.conn.or(&cli.conn);
-            consul_only(&conn, "status")?;
+            let t = target_on(&conn, &args.target)?;
             ops::status::run(&client(&conn)?, &t, args.json)
         }
         Command::Watch(args) => {
-            let t = target(&args.target)?;
             let conn = args.conn.or(&cli.conn);
-            consul_only(&conn, "watch")?;
+            let t = target_on(&conn, &args.target)?;
             let c = client(&conn)?;
             ops::watch::run(&c, &t, args.json, &args.handler)
         }
         Command::Break(args) => {
-            let t = target(&args.target)?;
             let conn = args.conn.or(&cli.conn);
-            consul_only(&conn, "break")?;
+            let t = target_on(&conn, &args.target)?;
             let c = client(&conn)?;
             ops::brk::run(&c, &t, args.session.as_deref(), args.yes)
         }
@@ -282,18 +280,40 @@ fn not_on_etcd(flag: &str) -> Error {
     ))
 }
 
-/// The operator commands and `sem` do not support etcd yet: said before any request.
-fn consul_only(conn: &ConnArgs, what: &str) -> Result<()> {
-    if backend(conn)? == Backend::Etcd {
-        return Err(Error::Usage(format!(
-            "conlock {what} does not support --backend etcd yet (only conlock run does); use etcdctl meanwhile"
-        )));
+/// The target of an operator command on the backend the flags name. On etcd names are
+/// kept as given (as etcdctl does) and a lock is `NAME` itself: `--key NAME` or
+/// `--prefix NAME --kind lock`.
+fn target_on(conn: &ConnArgs, a: &TargetArgs) -> Result<ops::Target> {
+    if backend(conn)? != Backend::Etcd {
+        return target(a);
     }
-    Ok(())
+    match (&a.key, &a.prefix, a.kind) {
+        (Some(_), _, Kind::Semaphore) => Err(Error::Usage(
+            "--kind semaphore needs --prefix: a semaphore is a prefix, not a key".into(),
+        )),
+        (Some(k), _, _) => Ok(ops::Target::Key(etcd_name(k)?)),
+        (None, Some(p), kind) => {
+            let p = p.trim_end_matches('/');
+            if p.is_empty() {
+                return Err(Error::Usage(
+                    "--prefix names no lock or semaphore: give a name such as jobs/backup".into(),
+                ));
+            }
+            let p = etcd_name(p)?;
+            Ok(match kind {
+                Kind::Auto => ops::Target::Prefix(p),
+                Kind::Lock => ops::Target::Key(p),
+                Kind::Semaphore => ops::Target::Semaphore(p),
+            })
+        }
+        (None, None, _) => Err(Error::Usage("give --key or --prefix".into())),
+    }
 }
 
 fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
-    consul_only(conn, "sem")?;
+    if backend(conn)? == Backend::Etcd {
+        return run_etcd_sem(conn, args);
+    }
     let prefix = normalize_key(&args.prefix, "--prefix")?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
     crate::events::install(
@@ -307,6 +327,34 @@ fn run_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
         limit: args.limit,
         value: prepared.value.clone(),
     };
+    hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
+}
+
+/// `sem --backend etcd`: conlock's own semaphore layout under `P/` (docs/safety.md).
+fn run_etcd_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
+    // `P/` names the same semaphore as `P` (its keys are `P/<lease hex>` either way).
+    let prefix = args.prefix.trim_end_matches('/');
+    if prefix.is_empty() {
+        return Err(Error::Usage(format!(
+            "--prefix {:?} names no semaphore: give a name such as jobs/backup",
+            args.prefix
+        )));
+    }
+    if prefix.chars().any(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "--prefix {prefix:?} contains control characters"
+        )));
+    }
+    let prefix = prefix.to_string();
+    let mut prepared = prepare(conn, &args.hold, "delete")?;
+    crate::events::install(
+        prepared.events.take(),
+        "semaphore",
+        &prefix,
+        &prepared.about,
+    );
+    prepared.client.warn_known_server_bugs();
+    let sem = EtcdSemaphore::new(prefix, args.limit, prepared.value.clone());
     hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
 }
 

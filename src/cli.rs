@@ -110,7 +110,7 @@ pub enum Command {
     /// Show who holds a lock or semaphore (exit 0 held, 1 free, 2 maybe in lock-delay)
     #[command(
         after_help = "Examples:\n  conlock status --prefix service/x\n  conlock status --prefix db --kind semaphore --json | jq .holders\n\n\
-Exit codes:\n  0    held\n  1    free (no holder and no lock-delay that status can see; a `consul lock` holder\n       deletes its key when it loses it, so a lock-delay after that does not show)\n  2    free, but in a lock-delay: the last holder's session was invalidated (lost,\n       broken, expired), not released. After a loss or a `break`, a conlock holder's\n       key says until when (shown; exit 1 once it has passed); otherwise it may run up\n       to that session's lock-delay. `run --timeout 0s` is the authoritative test\n  125  usage error, Consul unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
+Exit codes:\n  0    held\n  1    free (no holder and no lock-delay that status can see; a `consul lock` holder\n       deletes its key when it loses it, so a lock-delay after that does not show)\n  2    free, but in a lock-delay: the last holder's session was invalidated (lost,\n       broken, expired), not released. After a loss or a `break`, a conlock holder's\n       key says until when (shown; exit 1 once it has passed); otherwise it may run up\n       to that session's lock-delay. `run --timeout 0s` is the authoritative test.\n       etcd: the last conlock holder did not release (its holder record says so):\n       etcdctl may take the lock, conlock waiters first wait its lock-delay\n  125  usage error, Consul or etcd unreachable or denied, not a lock/semaphore\n  141  stdout was closed before all was written\n\n\
 JSON: one object (kind \"lock\" or \"semaphore\"; both have state, held and holders);\nschema in /usr/share/doc/conlock/docs/status.schema.json (make install: under PREFIX)"
     )]
     Status(StatusArgs),
@@ -119,10 +119,10 @@ JSON: one object (kind \"lock\" or \"semaphore\"; both have state, held and hold
         after_help = "Examples:\n  conlock watch --prefix service/x\n  conlock watch --key k -- sh -c 'echo \"$CONLOCK_EVENT by $CONLOCK_HOLDER_SESSION\"'"
     )]
     Watch(WatchArgs),
-    /// Force-release a stuck lock or semaphore slot by destroying the holder's session
+    /// Force-release a stuck lock or semaphore slot by destroying the holder's session (etcd: revoking its lease)
     #[command(
         after_help = "Examples:\n  conlock break --prefix service/x --yes\n  conlock break --prefix db --session 3f1c… --yes\n\n\
-Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul unreachable or denied\n  141  stdout was closed (the sessions were destroyed all the same)"
+Exit codes:\n  0    broken, or nothing to break\n  1    declined at the confirmation prompt (nothing done)\n  125  usage error (also: no --yes and stdin is not a terminal), Consul or etcd unreachable or denied\n  141  stdout was closed (the sessions were destroyed all the same)"
     )]
     Break(BreakArgs),
     /// Serve an in-memory, Consul-compatible HTTP API for demos and tests (not for production)
@@ -173,7 +173,7 @@ pub struct ConnArgs {
     /// Name expected in the agent's certificate and sent as SNI, when it differs from the address's host [env: CONSUL_TLS_SERVER_NAME]
     #[arg(long, value_name = "NAME")]
     pub tls_server_name: Option<String>,
-    /// The store: consul, or etcd (v3, through its JSON gateway; run only for now) [env: CONLOCK_BACKEND] [default: consul]
+    /// The store: consul, or etcd (v3, through its JSON gateway) [env: CONLOCK_BACKEND] [default: consul]
     #[arg(long, value_enum, value_name = "BACKEND", help_heading = "Store")]
     pub backend: Option<Backend>,
     /// etcd endpoints, comma-separated (http://host:port or https://host:port); tried in turn [env: ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]

@@ -2,6 +2,7 @@
 //! and the definitions they implement do not import each other.
 
 use super::etcd_lock::EtcdLock;
+use super::etcd_semaphore::EtcdSemaphore;
 use super::lock::Lock;
 use super::semaphore::Semaphore;
 use super::{Claim, ClaimSpec, HolderValue};
@@ -19,6 +20,11 @@ impl ClaimSpec {
             ClaimSpec::EtcdLock { name } => {
                 Box::new(EtcdLock::new(name, HolderValue::Given(Vec::new())))
             }
+            ClaimSpec::EtcdSemaphore { prefix, limit } => Box::new(EtcdSemaphore::new(
+                prefix,
+                limit,
+                HolderValue::Given(Vec::new()),
+            )),
         }
     }
 }

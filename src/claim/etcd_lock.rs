@@ -32,7 +32,7 @@ use crate::ui;
 
 /// How long one read of a watch may stay silent before it is opened again (a cheap
 /// check that the connection still works).
-const WATCH_READ: Duration = Duration::from_secs(30);
+pub(super) const WATCH_READ: Duration = Duration::from_secs(30);
 /// Pause after a failure that may pass, while waiting.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 
@@ -111,7 +111,7 @@ fn first_by_create(prefix: &str) -> RangeRequest {
     }
 }
 
-fn range_of(r: Option<&ResponseOp>) -> Option<&RangeResponse> {
+pub(super) fn range_of(r: Option<&ResponseOp>) -> Option<&RangeResponse> {
     match r {
         Some(ResponseOp::Range(r)) => Some(r),
         _ => None,
@@ -130,13 +130,13 @@ fn record_in(r: Option<&RangeResponse>) -> Record {
 /// A holder record and its mod revision, if there is one.
 type Record = Option<(HolderRecord, i64)>;
 
-fn show(key: &[u8]) -> String {
+pub(super) fn show(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
 }
 
 /// Who a contender's key belongs to, for messages: conlock's JSON value says the host
 /// and pid; an empty value is etcdctl's (or another clientv3 Mutex).
-fn describe_holder(kv: &KeyValue) -> String {
+pub(super) fn describe_holder(kv: &KeyValue) -> String {
     let key = show(&kv.key);
     if kv.value.is_empty() {
         return format!("{key} (no value: etcdctl lock or another client)");
@@ -152,7 +152,7 @@ fn describe_holder(kv: &KeyValue) -> String {
 }
 
 /// What a read made while waiting gave.
-enum Waited<T> {
+pub(super) enum Waited<T> {
     Got(T),
     Retry,
     Busy,
@@ -160,7 +160,7 @@ enum Waited<T> {
 
 /// Sorts a failure while waiting: one that may pass is said and paused for (`Retry`),
 /// unless the wait's deadline passed (`Busy`); others end the wait.
-fn while_waiting<T>(
+pub(super) fn while_waiting<T>(
     r: std::result::Result<T, EtcdError>,
     deadline: Option<Instant>,
 ) -> Result<Waited<T>> {

@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use super::describe::{decode_value, holder, Holder};
+use super::etcd_lock::{record_key, HolderRecord};
+use super::etcd_semaphore::{contenders_of, limit_key_of, records_of};
 use super::lockdelay;
 use super::semaphore::LockState;
 use super::store::Store;
@@ -14,6 +16,8 @@ use crate::consul::{
     next_index, Client, KvPair, QueryMeta, QueryOptions, LOCK_FLAGS, SEMAPHORE_FLAGS,
 };
 use crate::error::{Error, Result};
+use crate::etcd::types::*;
+use crate::etcd::{EtcdClient, EtcdError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -37,8 +41,21 @@ pub struct LockDelayHint {
     /// When it ends at the latest, as the losing conlock or `break` recorded it in the
     /// value (RFC 3339 UTC); None when nobody did (consul lock, a holder that died).
     pub until: Option<String>,
-    /// The value left in the key.
+    /// The value left in the key (etcd: the holder record).
     pub value: Value,
+    /// etcd: the lease of the vanished conlock holder whose cushion conlock waiters keep
+    /// (its holder record is not released). None on Consul.
+    pub cushion_of: Option<String>,
+}
+
+/// etcd: a semaphore holder that vanished without releasing (expired, revoked, key
+/// deleted): its slot stays taken for conlock waiters until one has waited its
+/// lock-delay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vanished {
+    pub session: String,
+    pub key: String,
+    pub lock_delay_ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +67,10 @@ pub enum Snapshot {
         fencing_token: u64,
         /// Set when the lock is free but a lock-delay may still block new holders.
         lock_delay: Option<Box<LockDelayHint>>,
+        /// Contenders in line behind the holder, when the store shows them (etcd).
+        waiting: Option<usize>,
+        /// What the fencing token is: `ModifyIndex` (Consul), `create revision` (etcd).
+        fencing: &'static str,
     },
     Semaphore {
         prefix: String,
@@ -57,6 +78,9 @@ pub enum Snapshot {
         holders: Vec<Holder>,
         waiting: usize,
         fencing_token: u64,
+        /// etcd: vanished holders whose slots are kept for their cushion (None on Consul,
+        /// whose semaphore keeps its cushion inside `.lock`).
+        vanished: Option<Vec<Vanished>>,
     },
 }
 
@@ -75,6 +99,22 @@ impl Snapshot {
             Snapshot::Semaphore { holders, .. } => {
                 holders.iter().map(|h| h.session.clone()).collect()
             }
+        }
+    }
+
+    /// Sessions that ended without releasing and whose cushion conlock waiters keep
+    /// (etcd's holder records): how `watch` tells a loss on etcd.
+    pub fn cushion_sessions(&self) -> Vec<String> {
+        match self {
+            Snapshot::Lock { lock_delay, .. } => lock_delay
+                .iter()
+                .filter_map(|d| d.cushion_of.clone())
+                .collect(),
+            Snapshot::Semaphore { vanished, .. } => vanished
+                .iter()
+                .flatten()
+                .map(|v| v.session.clone())
+                .collect(),
         }
     }
 
@@ -118,37 +158,68 @@ impl Snapshot {
                 lock_index,
                 fencing_token,
                 lock_delay,
-            } => json!({
-                "kind": "lock",
-                "key": key,
-                "state": self.state(),
-                "held": holder.is_some(),
-                "holder": holder.as_ref().map(Holder::to_json),
-                "holders": holder.iter().map(Holder::to_json).collect::<Vec<_>>(),
-                "lock_index": lock_index,
-                "modify_index": fencing_token,
-                "lock_delay": lock_delay.as_ref().map(|d| json!({
-                    "up_to_ns": d.up_to_ns,
-                    "until": d.until,
-                    "value": d.value,
-                })),
-            }),
+                waiting,
+                ..
+            } => {
+                let mut j = json!({
+                    "kind": "lock",
+                    "key": key,
+                    "state": self.state(),
+                    "held": holder.is_some(),
+                    "holder": holder.as_ref().map(Holder::to_json),
+                    "holders": holder.iter().map(Holder::to_json).collect::<Vec<_>>(),
+                    "lock_index": lock_index,
+                    "modify_index": fencing_token,
+                    "lock_delay": lock_delay.as_ref().map(|d| {
+                        let mut o = json!({
+                            "up_to_ns": d.up_to_ns,
+                            "until": d.until,
+                            "value": d.value,
+                        });
+                        if let Some(s) = &d.cushion_of {
+                            o["cushion_of"] = json!(s);
+                        }
+                        o
+                    }),
+                });
+                // Only stores that show their waiting line (etcd) say how long it is.
+                if let Some(w) = waiting {
+                    j["waiting"] = json!(w);
+                }
+                j
+            }
             Snapshot::Semaphore {
                 prefix,
                 limit,
                 holders,
                 waiting,
                 fencing_token,
-            } => json!({
-                "kind": "semaphore",
-                "prefix": prefix,
-                "state": self.state(),
-                "limit": limit,
-                "held": !holders.is_empty(),
-                "holders": holders.iter().map(Holder::to_json).collect::<Vec<_>>(),
-                "waiting": waiting,
-                "modify_index": fencing_token,
-            }),
+                vanished,
+            } => {
+                let mut j = json!({
+                    "kind": "semaphore",
+                    "prefix": prefix,
+                    "state": self.state(),
+                    "limit": limit,
+                    "held": !holders.is_empty(),
+                    "holders": holders.iter().map(Holder::to_json).collect::<Vec<_>>(),
+                    "waiting": waiting,
+                    "modify_index": fencing_token,
+                });
+                if let Some(v) = vanished {
+                    j["vanished"] = v
+                        .iter()
+                        .map(|v| {
+                            json!({
+                                "session": v.session,
+                                "key": v.key,
+                                "lock_delay_ns": v.lock_delay_ns,
+                            })
+                        })
+                        .collect();
+                }
+                j
+            }
         }
     }
 }
@@ -177,6 +248,7 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
                     .and_then(Value::as_str)
                     .map(str::to_string),
                 value,
+                cushion_of: None,
             })
         })
         // A recorded end that has passed: free (the key stays until the next holder).
@@ -189,6 +261,8 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
         lock_index: pair.map_or(0, |p| p.lock_index),
         fencing_token: pair.map_or(0, |p| p.modify_index),
         lock_delay,
+        waiting: None,
+        fencing: "ModifyIndex",
     })
 }
 
@@ -196,6 +270,9 @@ fn lock_snapshot(client: &Client, key: &str, pair: Option<&KvPair>) -> Result<Sn
 /// has passed `since`, within `WATCH_WAIT`. Also returns the store's index of the
 /// answer, for `next_since` and `invalidated_at`.
 pub fn inspect(store: &Store, target: &Target, since: u64) -> Result<(Snapshot, u64)> {
+    if let Store::Etcd(c) = store {
+        return etcd_inspect(c, target, since);
+    }
     let client = store.consul();
     let q = if since == 0 {
         QueryOptions::default()
@@ -204,6 +281,13 @@ pub fn inspect(store: &Store, target: &Target, since: u64) -> Result<(Snapshot, 
     };
     let (snap, meta) = inspect_consul(client, target, q)?;
     Ok((snap, meta.index))
+}
+
+/// Whether conlock's own waiters keep a broken or vanished holder's cushion (etcd: the
+/// store frees its keys at once, and only conlock waiters wait), rather than the store
+/// applying a lock-delay to everyone (Consul).
+pub fn waiters_keep_cushion(store: &Store) -> bool {
+    matches!(store, Store::Etcd(_))
 }
 
 /// The `since` of the next read after one from `since` answered at `index`.
@@ -215,6 +299,10 @@ pub fn next_since(since: u64, index: u64) -> u64 {
 /// Consul frees the key in the same raft index as the session change, so the session is
 /// gone and the sessions table's index equals `index`.
 pub fn invalidated_at(store: &Store, session: &str, index: u64) -> bool {
+    // etcd: a loss shows as a cushion in the snapshot (`Snapshot::cushion_sessions`).
+    if let Store::Etcd(_) = store {
+        return false;
+    }
     match store
         .consul()
         .session_info(session, QueryOptions::default())
@@ -228,6 +316,10 @@ pub fn invalidated_at(store: &Store, session: &str, index: u64) -> bool {
 /// holder's lock-delay (`delay`, if known) runs, so that `status` can tell (conlock's
 /// default value only; best effort). Consul keeps the lock-delay to itself.
 pub fn record_lock_delay_end(store: &Store, key: &str, delay: Option<Duration>) {
+    // etcd: the holder record, left unreleased, carries the cushion already.
+    if let Store::Etcd(_) = store {
+        return;
+    }
     let client = store.consul();
     if let Ok((Some(p), _)) = client.kv_get(key, QueryOptions::default()) {
         super::lockdelay::record_until(client, &p, delay);
@@ -294,9 +386,204 @@ fn inspect_consul(
                     holders,
                     waiting,
                     fencing_token: lock.map_or(0, |l| l.modify_index),
+                    vanished: None,
                 },
                 meta,
             ))
         }
     }
+}
+
+// etcd: the lock `NAME` (etcdctl's layout and the holder record `NAME.conlock`) and the
+// semaphore `P` (claim/etcd_semaphore.rs), read into the same `Snapshot`.
+
+/// How long a `watch` read waits for a change before it reads again anyway.
+const ETCD_WATCH_READ: Duration = Duration::from_secs(30);
+
+/// Reads the target now (`since` 0), or after the first change at a revision above
+/// `since` (within `ETCD_WATCH_READ`); returns the snapshot and the read's revision.
+fn etcd_inspect(c: &EtcdClient, target: &Target, since: u64) -> Result<(Snapshot, u64)> {
+    if since > 0 {
+        wait_change(c, target, since)?;
+    }
+    etcd_read(c, target)
+}
+
+/// The name a target reads (a lock's name or a semaphore's prefix).
+fn name_of(target: &Target) -> &str {
+    match target {
+        Target::Key(n) | Target::Prefix(n) | Target::Semaphore(n) => n,
+    }
+}
+
+/// Waits for an event in `[NAME., NAME0)` (the contender keys `NAME/…`, the records and
+/// the limit) after revision `since`. Silence, a broken stream or a compacted start
+/// only end the wait: the caller reads afresh.
+fn wait_change(c: &EtcdClient, target: &Target, since: u64) -> Result<()> {
+    let name = name_of(target);
+    let req = WatchCreateRequest {
+        key: format!("{name}.").into_bytes(),
+        range_end: format!("{name}0").into_bytes(),
+        start_revision: since as i64 + 1,
+        ..Default::default()
+    };
+    let mut stream = match c.watch(&req, ETCD_WATCH_READ) {
+        Ok(s) => s,
+        Err(EtcdError::Compacted { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    loop {
+        match stream.next_response() {
+            Ok(Some(r)) if !r.events.is_empty() => return Ok(()),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(EtcdError::Timeout { .. }) | Err(EtcdError::Compacted { .. }) => {
+                return Ok(())
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The lease of a contender key `NAME/<lease hex>`, as conlock shows sessions.
+fn session_of(kv: &KeyValue) -> String {
+    format!("{:x}", kv.lease)
+}
+
+/// A contender key's holder: its lease, its value (conlock's JSON, or etcdctl's empty
+/// one), the lease's granted TTL when it can be read.
+fn etcd_holder(c: &EtcdClient, kv: &KeyValue) -> Holder {
+    let value = decode_value(&kv.value);
+    let ttl = c
+        .lease_time_to_live(kv.lease, false)
+        .ok()
+        .filter(|t| t.granted_ttl > 0)
+        .map(|t| format!("{}s", t.granted_ttl));
+    Holder {
+        session: session_of(kv),
+        key: String::from_utf8_lossy(&kv.key).into_owned(),
+        name: None,
+        node: None,
+        ttl,
+        lock_delay_ns: value
+            .get("lock_delay")
+            .and_then(Value::as_str)
+            .and_then(|d| crate::duration::parse(d).ok())
+            .map(|d| d.as_nanos() as u64),
+        // conlock writes its value when it queues, not when it starts to hold: etcd
+        // keeps no time of the acquisition.
+        held_since: None,
+        value,
+    }
+}
+
+/// The session (lease hex) a contender key names: its last path element.
+fn session_in(key: &str) -> String {
+    key.rsplit_once('/').map_or(key, |(_, s)| s).to_string()
+}
+
+fn etcd_read(c: &EtcdClient, target: &Target) -> Result<(Snapshot, u64)> {
+    let name = name_of(target);
+    // One txn: the contender keys oldest first, the lock's record, the semaphore's
+    // records and limit.
+    let req = TxnRequest {
+        compare: vec![],
+        success: vec![
+            RequestOp::Range(RangeRequest {
+                sort_order: SortOrder::Ascend,
+                sort_target: SortTarget::Create,
+                ..RangeRequest::prefix(contenders_of(name))
+            }),
+            RequestOp::Range(RangeRequest::key(record_key(name))),
+            RequestOp::Range(RangeRequest::prefix(records_of(name))),
+            RequestOp::Range(RangeRequest::key(limit_key_of(name))),
+        ],
+        failure: vec![],
+    };
+    let r = c.txn(&req)?;
+    let range = |i: usize| match r.responses.get(i) {
+        Some(ResponseOp::Range(g)) => g.kvs.clone(),
+        _ => Vec::new(),
+    };
+    let (keys, lock_record, records, limit) = (range(0), range(1), range(2), range(3));
+    let semaphore = match target {
+        Target::Key(_) => false,
+        Target::Semaphore(_) => true,
+        // A prefix is a semaphore when its limit or a slot record is there.
+        Target::Prefix(_) => !limit.is_empty() || !records.is_empty(),
+    };
+    let rev = r.header.revision as u64;
+    if !semaphore {
+        let record = lock_record
+            .first()
+            .and_then(|kv| serde_json::from_slice::<HolderRecord>(&kv.value).ok());
+        // The cushion: the last conlock holder's end was not its own release (its key
+        // is gone). conlock waiters wait its lock-delay before they hold.
+        let cushion = record.filter(|rec| {
+            !rec.released
+                && rec.lock_delay_ms > 0
+                && !keys.iter().any(|k| {
+                    k.key == rec.key.as_bytes() && k.create_revision == rec.create_revision
+                })
+        });
+        // The first key holds, as etcdctl counts; but a conlock contender (a value: etcdctl
+        // writes none) that is first during a cushion is still waiting it out.
+        let first = keys
+            .first()
+            .filter(|kv| cushion.is_none() || kv.value.is_empty());
+        let holder = first.map(|kv| etcd_holder(c, kv));
+        let lock_delay = match (&holder, cushion) {
+            (None, Some(rec)) => Some(Box::new(LockDelayHint {
+                up_to_ns: Some(rec.lock_delay_ms * 1_000_000),
+                until: None,
+                value: serde_json::to_value(&rec).unwrap_or(Value::Null),
+                cushion_of: Some(session_in(&rec.key)),
+            })),
+            _ => None,
+        };
+        return Ok((
+            Snapshot::Lock {
+                key: name.to_string(),
+                holder,
+                lock_index: 0,
+                fencing_token: first.map_or(0, |kv| kv.create_revision as u64),
+                lock_delay,
+                waiting: Some(keys.len() - usize::from(first.is_some())),
+                fencing: "create revision",
+            },
+            rev,
+        ));
+    }
+    let mut holders = Vec::new();
+    let mut vanished = Vec::new();
+    for kv in &records {
+        let Ok(rec) = serde_json::from_slice::<HolderRecord>(&kv.value) else {
+            continue;
+        };
+        match keys
+            .iter()
+            .find(|k| k.key == rec.key.as_bytes() && k.create_revision == rec.create_revision)
+        {
+            Some(k) => holders.push((k.create_revision, etcd_holder(c, k))),
+            None => vanished.push(Vanished {
+                session: session_in(&rec.key),
+                key: rec.key.clone(),
+                lock_delay_ns: rec.lock_delay_ms * 1_000_000,
+            }),
+        }
+    }
+    holders.sort_by_key(|(rev, _)| *rev);
+    let waiting = keys.len() - holders.len();
+    Ok((
+        Snapshot::Semaphore {
+            prefix: name.to_string(),
+            limit: limit
+                .first()
+                .and_then(|kv| String::from_utf8_lossy(&kv.value).trim().parse().ok()),
+            holders: holders.into_iter().map(|(_, h)| h).collect(),
+            waiting,
+            fencing_token: limit.first().map_or(0, |kv| kv.mod_revision as u64),
+            vanished: Some(vanished),
+        },
+        rev,
+    ))
 }

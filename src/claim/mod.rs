@@ -5,6 +5,7 @@
 mod build;
 pub mod describe;
 pub mod etcd_lock;
+pub mod etcd_semaphore;
 pub mod inspect;
 pub mod lock;
 pub mod lockdelay;
@@ -132,6 +133,11 @@ pub enum ClaimSpec {
     EtcdLock {
         name: String,
     },
+    /// The etcd semaphore `P` (keys `P/<lease hex>`, slot records `P.conlock/…`).
+    EtcdSemaphore {
+        prefix: String,
+        limit: u32,
+    },
 }
 
 impl ClaimSpec {
@@ -141,6 +147,7 @@ impl ClaimSpec {
             ClaimSpec::Lock { key } => format!("the lock {key:?}"),
             ClaimSpec::Semaphore { prefix, .. } => format!("a slot of semaphore {prefix:?}"),
             ClaimSpec::EtcdLock { name } => format!("the lock {name:?}"),
+            ClaimSpec::EtcdSemaphore { prefix, .. } => format!("a slot of semaphore {prefix:?}"),
         }
     }
 }

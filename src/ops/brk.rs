@@ -5,7 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use super::{inspect, Holder, Snapshot, Target};
-use crate::claim::inspect::record_lock_delay_end;
+use crate::claim::inspect::{record_lock_delay_end, waiters_keep_cushion};
 use crate::claim::Store;
 use crate::error::{Error, Result};
 use crate::ui;
@@ -58,6 +58,28 @@ pub fn run(store: &Store, target: &Target, session: Option<&str>, yes: bool) -> 
     for h in &chosen {
         store.destroy_session(&h.session)?;
         let line = match &snap {
+            // etcd: the lease is revoked and its key gone; the holder record stays
+            // unreleased, so conlock waiters keep the holder's cushion.
+            _ if waiters_keep_cushion(store) => {
+                let cushion = h.lock_delay_ns.map(std::time::Duration::from_nanos);
+                let wait = match cushion {
+                    Some(d) => format!(
+                        "{} (until about {} for those waiting now; one that comes later waits {} from when it looks)",
+                        crate::duration::format(d),
+                        ui::clock_time(std::time::SystemTime::now() + d),
+                        crate::duration::format(d)
+                    ),
+                    None => "none recorded in its value (an etcdctl holder keeps none)".into(),
+                };
+                let what = match &snap {
+                    Snapshot::Lock { key, .. } => format!("{key} is free for etcdctl at once"),
+                    Snapshot::Semaphore { prefix, .. } => format!("its slot in {prefix} is kept"),
+                };
+                format!(
+                    "revoked {}; {what}; conlock waiters wait its lock-delay first: {wait}\n",
+                    h.describe_session().replacen("session", "lease", 1)
+                )
+            }
             Snapshot::Lock { key, .. } => {
                 // The store keeps the lock-delay to itself: leave in the key until when it
                 // runs, so that `status` can tell (conlock's default value only).

@@ -30,11 +30,31 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             lock_index,
             fencing_token,
             lock_delay,
+            waiting,
+            fencing,
         } => {
             rows.push(("lock".into(), key.clone()));
             match holder {
                 None => match lock_delay {
                     None => rows.push(("state".into(), "free".into())),
+                    Some(d) if d.cushion_of.is_some() => {
+                        let up_to = d.up_to_ns.map_or_else(
+                            || "its lock-delay".into(),
+                            |ns| crate::duration::format(std::time::Duration::from_nanos(ns)),
+                        );
+                        rows.push((
+                            "state".into(),
+                            format!(
+                                "free, but conlock waiters first wait {up_to} (the cushion of lease {})",
+                                d.cushion_of.as_deref().unwrap_or("?")
+                            ),
+                        ));
+                        rows.push((
+                            "why".into(),
+                            "the last conlock holder did not release the lock itself (its lease expired or was revoked, or its key was deleted): its command may have run on for its lock-delay; etcdctl waiters do not wait".into(),
+                        ));
+                        rows.push(("holder record".into(), value_text(&d.value)));
+                    }
                     Some(d) => {
                         let up_to = d.up_to_ns.map_or_else(
                             || "the last holder's lock-delay (15s unless it set another)".into(),
@@ -82,13 +102,18 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                 },
                 Some(h) => {
                     rows.push(("state".into(), "held".into()));
-                    holder_rows(&mut rows, h, now, "");
-                    rows.push(("lock index".into(), lock_index.to_string()));
+                    holder_rows(&mut rows, h, now, "", *fencing != "ModifyIndex");
+                    if *fencing == "ModifyIndex" {
+                        rows.push(("lock index".into(), lock_index.to_string()));
+                    }
                     rows.push((
                         "fencing token".into(),
-                        format!("{fencing_token} (ModifyIndex)"),
+                        format!("{fencing_token} ({fencing})"),
                     ));
                 }
+            }
+            if let Some(w) = waiting {
+                rows.push(("waiting".into(), w.to_string()));
             }
         }
         Snapshot::Semaphore {
@@ -96,13 +121,23 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
             limit,
             holders,
             waiting,
+            vanished,
             ..
         } => {
             rows.push(("semaphore".into(), prefix.clone()));
+            let kept = vanished.as_ref().map_or(0, Vec::len);
+            let kept_text = match kept {
+                0 => String::new(),
+                n => format!(", {n} kept for vanished holders"),
+            };
             rows.push((
                 "slots".into(),
                 match limit {
-                    Some(l) => format!("{} of {l} held", holders.len()),
+                    Some(l) => format!("{} of {l} held{kept_text}", holders.len()),
+                    None if vanished.is_some() => format!(
+                        "{} held{kept_text}; the limit is not known ({prefix}.limit is gone: nobody queues)",
+                        holders.len()
+                    ),
                     None => format!(
                         "{} held; the limit is not known yet (no .lock)",
                         holders.len()
@@ -110,9 +145,20 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                 },
             ));
             rows.push(("waiting".into(), waiting.to_string()));
+            for v in vanished.iter().flatten() {
+                rows.push((
+                    "vanished".into(),
+                    format!(
+                        "lease {} ({}) ended without releasing (expired, revoked or deleted): conlock waiters keep its slot for its lock-delay of {} after they see it",
+                        v.session,
+                        v.key,
+                        crate::duration::format(std::time::Duration::from_nanos(v.lock_delay_ns))
+                    ),
+                ));
+            }
             for (i, h) in holders.iter().enumerate() {
                 rows.push((format!("holder {}", i + 1), String::new()));
-                holder_rows(&mut rows, h, now, "  ");
+                holder_rows(&mut rows, h, now, "  ", vanished.is_some());
             }
         }
     }
@@ -132,7 +178,15 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
     out
 }
 
-fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, indent: &str) {
+/// `no_times`: the store keeps no time of the acquisition, and conlock's value was
+/// written when queueing (etcd).
+fn holder_rows(
+    rows: &mut Vec<(String, String)>,
+    h: &Holder,
+    now: SystemTime,
+    indent: &str,
+    no_times: bool,
+) {
     let name = h
         .name
         .as_deref()
@@ -153,6 +207,11 @@ fn holder_rows(rows: &mut Vec<(String, String)>, h: &Holder, now: SystemTime, in
             .map(|s| format!(" ({s} ago)"))
             .unwrap_or_default();
         rows.push((format!("{indent}held since"), format!("{since}{ago}")));
+    } else if no_times {
+        rows.push((
+            format!("{indent}held since"),
+            "unknown (etcd keeps no time of the acquisition)".into(),
+        ));
     } else {
         // Only conlock's default value records it: Consul keeps no times, only indexes.
         rows.push((
@@ -214,6 +273,8 @@ mod tests {
             lock_index: 1,
             fencing_token: 42,
             lock_delay: None,
+            waiting: None,
+            fencing: "ModifyIndex",
         };
         let now = crate::ui::parse_timestamp("2026-11-21T13:47:26Z").unwrap()
             + Duration::from_millis(500);
@@ -252,6 +313,7 @@ mod tests {
             holders: vec![holder()],
             waiting: 3,
             fencing_token: 9,
+            vanished: None,
         };
         let j = snap.to_json();
         assert_eq!(j["kind"], "semaphore");

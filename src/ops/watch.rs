@@ -51,7 +51,10 @@ pub fn run(
         match inspect(store, target, index) {
             Ok((snap, at_index)) => {
                 if failing {
-                    ui::notice("reconnected to Consul");
+                    ui::notice(match store.backend() {
+                        "etcd" => "reconnected to etcd",
+                        _ => "reconnected to Consul",
+                    });
                     failing = false;
                 }
                 backoff = Duration::from_millis(500);
@@ -139,7 +142,9 @@ pub fn diff(
     let mut out = Vec::new();
     for old in prev.holders() {
         if !holders_now.contains(&old.session) {
-            let lost = invalidated_at(store, &old.session, at_index);
+            // etcd: a holder that ended without releasing leaves a cushion (its record).
+            let lost = now.cushion_sessions().contains(&old.session)
+                || invalidated_at(store, &old.session, at_index);
             out.push(change(
                 if lost { "lost" } else { "released" },
                 Some(old.clone()),

@@ -638,16 +638,24 @@ fn bad_flag_combinations_are_refused_before_any_request() {
             "does not fit inside the lock-delay",
         ),
         (
-            vec!["status", "--backend", "etcd", "--key", "k"],
-            "does not support --backend etcd yet",
+            vec![
+                "status",
+                "--backend",
+                "etcd",
+                "--key",
+                "k",
+                "--kind",
+                "semaphore",
+            ],
+            "--kind semaphore needs --prefix",
         ),
         (
-            vec!["break", "--backend", "etcd", "--key", "k", "--yes"],
-            "does not support --backend etcd yet",
+            vec!["break", "--backend", "etcd", "--prefix", "/", "--yes"],
+            "names no lock or semaphore",
         ),
         (
-            vec!["sem", "--backend", "etcd", "-n", "2", "--prefix", "p"],
-            "does not support --backend etcd yet",
+            vec!["sem", "--backend", "etcd", "-n", "2", "--prefix", "/"],
+            "names no semaphore",
         ),
     ];
     for (args, want) in cases {

@@ -1,0 +1,698 @@
+//! The semaphore on etcd (`conlock sem --backend etcd --prefix P --limit N`). etcdctl
+//! has no semaphore, so the layout is conlock's own, shaped like the lock's:
+//!
+//! - `P/<lease hex>`: one contender key per conlock, on its lease (its place in line:
+//!   lower create revision first);
+//! - `P.conlock/<lease hex>`: a slot record, written (guarded by the contender key's
+//!   create revision) right before the command starts and deleted together with the
+//!   contender key on a voluntary release. Records are the slots: at most N exist. A
+//!   record whose contender key is gone is a vanished holder that did not let go itself
+//!   (expired, revoked, key deleted): its command may still run for its lock-delay after
+//!   its key went, so its slot stays taken until a waiter has waited that long after it
+//!   first saw the key gone; that waiter then deletes the record (the cushion);
+//! - `P.limit`: N, compared in the txn that creates a contender key; created if absent,
+//!   replaced only while no contender key exists, deleted by the last one out.
+//!
+//! A contender takes a slot when it is among the N oldest contender keys and fewer than
+//! N records exist, in one txn guarded by its key's create revision and by no record
+//! having changed since the read that decided it. See docs/safety.md, "etcd".
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::etcd_lock::{range_of, show, while_waiting, HolderRecord, Waited, WATCH_READ};
+use super::store::{lease_id, Store, StoreError};
+use super::{
+    self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
+    WaitDisplay,
+};
+use crate::clock::BootInstant;
+use crate::error::{Error, Result};
+use crate::etcd::types::*;
+use crate::etcd::{EtcdClient, EtcdError};
+use crate::ui;
+
+pub struct EtcdSemaphore {
+    /// The prefix `P` (contender keys are `P/<lease hex>`).
+    pub prefix: String,
+    pub limit: u32,
+    pub value: HolderValue,
+    /// Our key's create revision once acquired (0: not known).
+    my_rev: AtomicI64,
+    /// The revision to watch our key from (the acquisition's).
+    held_rev: AtomicI64,
+}
+
+/// The contender keys' prefix of semaphore `prefix`: `P/`.
+pub fn contenders_of(prefix: &str) -> String {
+    format!("{prefix}/")
+}
+
+/// The slot records' prefix of semaphore `prefix`: `P.conlock/`.
+pub fn records_of(prefix: &str) -> String {
+    format!("{prefix}.conlock/")
+}
+
+/// The key that stores semaphore `prefix`'s limit: `P.limit`.
+pub fn limit_key_of(prefix: &str) -> String {
+    format!("{prefix}.limit")
+}
+
+/// What one look (a txn guarded by our key) saw.
+struct Look {
+    /// Every contender key, oldest first.
+    keys: Vec<KeyValue>,
+    /// Every slot record with its key and mod revision.
+    records: Vec<(KeyValue, Option<HolderRecord>)>,
+    revision: i64,
+}
+
+/// A slot record is a vanished holder's when its contender key is gone (or is another
+/// incarnation). A record conlock cannot read counts as taken (and never vanishes).
+fn vanished(rec: &Option<HolderRecord>, keys: &[KeyValue]) -> bool {
+    match rec {
+        Some(r) => !keys
+            .iter()
+            .any(|k| k.key == r.key.as_bytes() && k.create_revision == r.create_revision),
+        None => false,
+    }
+}
+
+impl EtcdSemaphore {
+    pub fn new(prefix: String, limit: u32, value: HolderValue) -> EtcdSemaphore {
+        EtcdSemaphore {
+            prefix,
+            limit,
+            value,
+            my_rev: AtomicI64::new(0),
+            held_rev: AtomicI64::new(0),
+        }
+    }
+
+    pub fn key_of(&self, sid: &str) -> String {
+        format!("{}/{sid}", self.prefix)
+    }
+
+    fn record_key(&self, sid: &str) -> String {
+        format!("{}{sid}", records_of(&self.prefix))
+    }
+
+    fn limit_key(&self) -> String {
+        limit_key_of(&self.prefix)
+    }
+
+    fn conflict(&self, theirs: &[u8]) -> Error {
+        Error::Conflict(format!(
+            "semaphore {:?} has a limit of {} (in {}, set by its holders), not --limit {}: every user of one prefix must give the same limit (semaphore limit conflict: theirs {}, ours {})",
+            self.prefix,
+            show(theirs),
+            self.limit_key(),
+            self.limit,
+            show(theirs),
+            self.limit
+        ))
+    }
+
+    /// Creates our key if `P.limit` says our limit (or finds it, after a txn whose answer
+    /// was lost); creates or replaces `P.limit` when that is allowed. `Ok(0)`: the key was
+    /// found gone (our lease went).
+    fn enqueue(
+        &self,
+        c: &EtcdClient,
+        sid: &str,
+        lease: i64,
+        deadline: Option<Instant>,
+    ) -> Result<Waited<i64>> {
+        let my_key = self.key_of(sid);
+        let limit = self.limit.to_string();
+        let req = TxnRequest {
+            compare: vec![
+                Compare::create_revision(my_key.clone(), CompareResult::Equal, 0),
+                Compare::new(
+                    self.limit_key(),
+                    CompareTarget::Value(limit.clone().into_bytes()),
+                    CompareResult::Equal,
+                ),
+            ],
+            success: vec![RequestOp::Put(PutRequest {
+                lease,
+                ..PutRequest::new(my_key.clone(), self.value.bytes())
+            })],
+            failure: vec![
+                RequestOp::Range(RangeRequest::key(my_key.clone())),
+                RequestOp::Range(RangeRequest::key(self.limit_key())),
+                RequestOp::Range(RangeRequest {
+                    count_only: true,
+                    ..RangeRequest::prefix(contenders_of(&self.prefix))
+                }),
+            ],
+        };
+        let r = match while_waiting(c.txn(&req), deadline)? {
+            Waited::Got(r) => r,
+            Waited::Retry => return Ok(Waited::Retry),
+            Waited::Busy => return Ok(Waited::Busy),
+        };
+        if r.succeeded {
+            return Ok(Waited::Got(r.header.revision));
+        }
+        if let Some(kv) = range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
+            // Ours already (a txn whose answer was lost); P.limit was ours then.
+            return Ok(Waited::Got(kv.create_revision));
+        }
+        let contenders = range_of(r.responses.get(2)).map_or(0, |g| g.count);
+        let put_limit = RequestOp::Put(PutRequest::new(self.limit_key(), limit.clone()));
+        let fix = match range_of(r.responses.get(1)).and_then(|g| g.kvs.first()) {
+            // No limit yet: ours, if nobody set one meanwhile.
+            None => TxnRequest {
+                compare: vec![Compare::create_revision(
+                    self.limit_key(),
+                    CompareResult::Equal,
+                    0,
+                )],
+                success: vec![put_limit],
+                failure: vec![],
+            },
+            Some(kv) if kv.value == limit.as_bytes() => return Ok(Waited::Retry),
+            // Another limit left by users who are all gone: ours replaces it.
+            Some(kv) if contenders == 0 => TxnRequest {
+                compare: vec![
+                    Compare::new(
+                        self.limit_key(),
+                        CompareTarget::Mod(kv.mod_revision),
+                        CompareResult::Equal,
+                    ),
+                    Compare {
+                        range_end: prefix_range_end(contenders_of(&self.prefix).as_bytes()),
+                        ..Compare::create_revision(
+                            contenders_of(&self.prefix),
+                            CompareResult::Equal,
+                            0,
+                        )
+                    },
+                ],
+                success: vec![put_limit],
+                failure: vec![],
+            },
+            Some(kv) => return Err(self.conflict(&kv.value)),
+        };
+        match while_waiting(c.txn(&fix), deadline)? {
+            Waited::Busy => Ok(Waited::Busy),
+            // Either way, try again: the limit is now set, by us or by someone else.
+            _ => Ok(Waited::Retry),
+        }
+    }
+
+    /// One look: `None` when our key is gone (#11456), else every contender key and
+    /// every slot record, atomically.
+    fn look(
+        &self,
+        c: &EtcdClient,
+        sid: &str,
+        my_rev: i64,
+    ) -> std::result::Result<Option<Look>, EtcdError> {
+        let req = TxnRequest {
+            compare: vec![Compare::create_revision(
+                self.key_of(sid),
+                CompareResult::Equal,
+                my_rev,
+            )],
+            success: vec![
+                RequestOp::Range(RangeRequest {
+                    sort_order: SortOrder::Ascend,
+                    sort_target: SortTarget::Create,
+                    ..RangeRequest::prefix(contenders_of(&self.prefix))
+                }),
+                RequestOp::Range(RangeRequest::prefix(records_of(&self.prefix))),
+            ],
+            failure: vec![],
+        };
+        let r = c.txn(&req)?;
+        if !r.succeeded {
+            return Ok(None);
+        }
+        let keys = range_of(r.responses.first()).map_or_else(Vec::new, |g| g.kvs.clone());
+        let records = range_of(r.responses.get(1)).map_or_else(Vec::new, |g| {
+            g.kvs
+                .iter()
+                .map(|kv| (kv.clone(), serde_json::from_slice(&kv.value).ok()))
+                .collect()
+        });
+        Ok(Some(Look {
+            keys,
+            records,
+            revision: r.header.revision,
+        }))
+    }
+
+    /// Waits until we take a slot. `Ok(None)`: busy; `Err`: failed; `Ok(Some(None))`:
+    /// our key is gone (queue again).
+    fn turn(
+        &self,
+        c: &EtcdClient,
+        session: &dyn SessionHandle,
+        sid: &str,
+        my_rev: i64,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Option<Held>>> {
+        let my_key = self.key_of(sid);
+        let my_record = self.record_key(sid);
+        let limit = self.limit as usize;
+        // When we first saw each vanished holder's record (by its key and mod revision):
+        // its command is dead by then + its lock-delay.
+        let mut first_seen: HashMap<(Vec<u8>, i64), Instant> = HashMap::new();
+        loop {
+            if session.lost().is_some() {
+                return Ok(Some(None));
+            }
+            let sent = BootInstant::now();
+            let look = match while_waiting(self.look(c, sid, my_rev), deadline)? {
+                Waited::Got(Some(l)) => l,
+                Waited::Got(None) => return Ok(Some(None)),
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(None),
+            };
+            // After the answer: whatever it showed gone went before now.
+            let seen_at = Instant::now();
+            if look
+                .records
+                .iter()
+                .any(|(kv, _)| kv.key == my_record.as_bytes())
+            {
+                // Our record is there: a slot write whose answer was lost.
+                return Ok(Some(Some(self.held(my_rev, look.revision, sent))));
+            }
+            let rank = look
+                .keys
+                .iter()
+                .filter(|k| k.create_revision < my_rev)
+                .count();
+            let mut vanished_at: Vec<(&KeyValue, Instant, Duration)> = Vec::new();
+            for (kv, rec) in &look.records {
+                if vanished(rec, &look.keys) {
+                    let at = *first_seen
+                        .entry((kv.key.clone(), kv.mod_revision))
+                        .or_insert(seen_at);
+                    let ld = Duration::from_millis(rec.as_ref().map_or(0, |r| r.lock_delay_ms));
+                    vanished_at.push((kv, at, ld));
+                }
+            }
+            let now = Instant::now();
+            let over: Vec<&KeyValue> = vanished_at
+                .iter()
+                .filter(|(_, at, ld)| now >= *at + *ld)
+                .map(|(kv, _, _)| *kv)
+                .collect();
+            let taken = look.records.len() - over.len();
+            if rank < limit && (taken < limit || !over.is_empty()) {
+                // Take a slot (and free the vanished holders' whose cushion is over),
+                // if no record changed since the look.
+                let mut compare = vec![
+                    Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                    Compare {
+                        range_end: prefix_range_end(records_of(&self.prefix).as_bytes()),
+                        ..Compare::new(
+                            records_of(&self.prefix),
+                            CompareTarget::Mod(look.revision + 1),
+                            CompareResult::Less,
+                        )
+                    },
+                ];
+                let mut success = Vec::new();
+                for kv in &over {
+                    compare.push(Compare::new(
+                        kv.key.clone(),
+                        CompareTarget::Mod(kv.mod_revision),
+                        CompareResult::Equal,
+                    ));
+                    success.push(RequestOp::DeleteRange(DeleteRangeRequest::key(
+                        kv.key.clone(),
+                    )));
+                    ui::verbose(format_args!(
+                        "the cushion of vanished holder {} is over; its slot is free",
+                        show(&kv.key)
+                    ));
+                }
+                let take = taken < limit;
+                if take {
+                    let mine = HolderRecord {
+                        key: my_key.clone(),
+                        create_revision: my_rev,
+                        lock_delay_ms: session.lock_delay().as_millis() as u64,
+                        released: false,
+                    };
+                    success.push(RequestOp::Put(PutRequest::new(
+                        my_record.clone(),
+                        serde_json::to_vec(&mine).expect("json"),
+                    )));
+                }
+                let sent = BootInstant::now();
+                let req = TxnRequest {
+                    compare,
+                    success,
+                    failure: vec![],
+                };
+                match while_waiting(c.txn(&req), deadline)? {
+                    Waited::Got(r) if r.succeeded && take => {
+                        return Ok(Some(Some(self.held(my_rev, r.header.revision, sent))))
+                    }
+                    // Something changed (or only vanished slots were freed): look again.
+                    Waited::Got(_) | Waited::Retry => continue,
+                    Waited::Busy => return Ok(None),
+                }
+            }
+            // Wait: for a deletion in the semaphore's keys, or for the next cushion's end.
+            let next_free = vanished_at
+                .iter()
+                .filter(|_| rank < limit)
+                .map(|(_, at, ld)| *at + *ld)
+                .min();
+            let holders = look.records.len() - vanished_at.len();
+            let mut what = format!("{holders} of {} slots, {rank} ahead in line", self.limit);
+            if let Some(t) = next_free {
+                what.push_str(&format!(
+                    ", a vanished holder's slot frees at about {}",
+                    ui::clock_time(SystemTime::now() + t.saturating_duration_since(now))
+                ));
+                ui::verbose(format_args!(
+                    "a holder of {} vanished without releasing (expired, revoked or deleted); keeping its lock-delay before its slot is reused",
+                    self.describe()
+                ));
+            }
+            wait.holder(Some(what));
+            if claim::deadline_passed(deadline) {
+                return Ok(None);
+            }
+            let mut read = WATCH_READ;
+            if let Some(t) = next_free {
+                read = read.min(t.saturating_duration_since(Instant::now()));
+            }
+            if let Some(d) = deadline {
+                read = read.min(d.saturating_duration_since(Instant::now()));
+            }
+            let read = read.max(Duration::from_millis(10));
+            // One watch covers `P.conlock/`, `P.limit` and `P/` ('.' < '/' < '0').
+            let req = WatchCreateRequest {
+                key: format!("{}.", self.prefix).into_bytes(),
+                range_end: format!("{}0", self.prefix).into_bytes(),
+                start_revision: look.revision + 1,
+                filters: vec![WatchFilter::NoPut],
+                ..Default::default()
+            };
+            let watch = match c.watch(&req, read) {
+                // Compacted since the look: look again.
+                Err(EtcdError::Compacted { .. }) => continue,
+                r => r,
+            };
+            let mut stream = match while_waiting(watch, deadline)? {
+                Waited::Got(s) => s,
+                Waited::Retry => continue,
+                Waited::Busy => return Ok(None),
+            };
+            loop {
+                match stream.next_response() {
+                    Ok(Some(r)) if !r.events.is_empty() => break,
+                    Ok(Some(_)) => {}
+                    // Silence (a cushion's end), a broken stream, a compaction: look again.
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    fn held(&self, my_rev: i64, revision: i64, sent: BootInstant) -> Held {
+        self.my_rev.store(my_rev, Ordering::SeqCst);
+        self.held_rev.store(revision, Ordering::SeqCst);
+        Held {
+            lock_index: 0,
+            fencing_token: my_rev as u64,
+            confirmed_at: sent,
+        }
+    }
+
+    /// Why a read of our key means the slot is no longer ours (`None`: it still is).
+    fn lost_because(&self, kv: Option<&KeyValue>, sid: &str) -> Option<String> {
+        let my_rev = self.my_rev.load(Ordering::SeqCst);
+        let lease = lease_id(sid).unwrap_or(0);
+        match kv {
+            None => Some(format!(
+                "the contender key {} was deleted (the lease expired or was revoked, or someone deleted the key)",
+                self.key_of(sid)
+            )),
+            Some(kv) if kv.lease == lease && (my_rev == 0 || kv.create_revision == my_rev) => None,
+            Some(kv) => Some(format!(
+                "the contender key {} was replaced (create revision {}, lease {:x})",
+                self.key_of(sid),
+                kv.create_revision,
+                kv.lease
+            )),
+        }
+    }
+}
+
+impl Claim for EtcdSemaphore {
+    fn describe(&self) -> String {
+        format!("semaphore {:?} (limit {})", self.prefix, self.limit)
+    }
+
+    fn acquire(
+        &self,
+        store: &Store,
+        session: &dyn SessionHandle,
+        deadline: Option<Instant>,
+        wait: &WaitDisplay,
+    ) -> Result<Option<Held>> {
+        let c = store.etcd();
+        loop {
+            if session.lost().is_some() {
+                session.recreate()?;
+            }
+            let sid = session.id();
+            let Some(lease) = lease_id(&sid) else {
+                return Err(Error::Other(anyhow::anyhow!(
+                    "session {sid:?} is not an etcd lease ID"
+                )));
+            };
+            let my_rev = match self.enqueue(c, &sid, lease, deadline)? {
+                Waited::Got(r) => r,
+                Waited::Retry => {
+                    if claim::deadline_passed(deadline) {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Waited::Busy => return Ok(None),
+            };
+            match self.turn(c, session, &sid, my_rev, deadline, wait)? {
+                Some(Some(h)) => return Ok(Some(h)),
+                None => return Ok(None),
+                Some(None) => {
+                    ui::notice(format_args!(
+                        "our key {} is gone while waiting (lease expired or revoked, or the key deleted); queueing again with a new lease",
+                        self.key_of(&sid)
+                    ));
+                    session.recreate()?;
+                }
+            }
+        }
+    }
+
+    fn monitor(
+        &self,
+        store: Store,
+        session_id: String,
+        _held: Held,
+        policy: MonitorPolicy,
+        lost: LossReport,
+        stop: Arc<AtomicBool>,
+    ) {
+        let c = store.etcd();
+        let key = self.key_of(&session_id);
+        let mut from = self.held_rev.load(Ordering::SeqCst) + 1;
+        let mut failures = 0u32;
+        let report = |why: String| {
+            if !stop.load(Ordering::SeqCst) {
+                lost(why);
+            }
+        };
+        // As the lock's monitor: our key's events from the acquisition on.
+        while !stop.load(Ordering::SeqCst) {
+            let req = WatchCreateRequest {
+                key: key.clone().into_bytes(),
+                start_revision: from,
+                prev_kv: true,
+                ..Default::default()
+            };
+            let result = c.watch(&req, WATCH_READ).and_then(|mut s| loop {
+                match s.next_response() {
+                    Ok(Some(r)) => {
+                        failures = 0;
+                        from = from.max(r.header.revision + 1);
+                        for e in &r.events {
+                            from = from.max(e.kv.mod_revision + 1);
+                            let kv = (e.kind != EventType::Delete).then_some(&e.kv);
+                            if let Some(why) = self.lost_because(kv, &session_id) {
+                                return Ok(Some(why));
+                            }
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(EtcdError::Timeout { .. }) | Ok(None) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            });
+            match result {
+                Ok(Some(why)) => return report(why),
+                Ok(None) => {}
+                Err(e) => {
+                    if let EtcdError::Compacted { .. } = e {
+                        match c.range(&RangeRequest::key(key.clone())) {
+                            Ok(r) => {
+                                if let Some(why) = self.lost_because(r.kvs.first(), &session_id) {
+                                    return report(why);
+                                }
+                                from = r.header.revision + 1;
+                                continue;
+                            }
+                            Err(e2) => ui::verbose(format_args!("reading {key} failed: {e2}")),
+                        }
+                    }
+                    failures += 1;
+                    if failures > policy.retries {
+                        return report(format!("cannot watch {key} after {failures} tries: {e}"));
+                    }
+                    ui::verbose(format_args!(
+                        "watching {key} failed ({e}); retry {failures} of {}",
+                        policy.retries
+                    ));
+                    std::thread::sleep(policy.retry_time);
+                }
+            }
+        }
+    }
+
+    fn confirm(
+        &self,
+        store: &Store,
+        session_id: &str,
+    ) -> std::result::Result<Option<String>, StoreError> {
+        let r = store
+            .etcd()
+            .range(&RangeRequest::key(self.key_of(session_id)))?;
+        Ok(self.lost_because(r.kvs.first(), session_id))
+    }
+
+    fn release(&self, store: &Store, session_id: &str) -> bool {
+        let c = store.etcd();
+        let key = self.key_of(session_id);
+        let lease = lease_id(session_id).unwrap_or(0);
+        let my_rev = match self.my_rev.load(Ordering::SeqCst) {
+            // The guardian does not know our revision: our key as it is now.
+            0 => match c.range(&RangeRequest::key(key.clone())) {
+                Ok(r) => match r.kvs.first() {
+                    Some(kv) if kv.lease == lease => kv.create_revision,
+                    _ => return false,
+                },
+                Err(e) => {
+                    ui::warn(format_args!(
+                        "could not release {}: {e}; it frees when the lease ends, after the lock-delay",
+                        self.describe()
+                    ));
+                    return false;
+                }
+            },
+            r => r,
+        };
+        // Our key and our slot record go together, only while the key is ours: a holder
+        // whose key went otherwise leaves its record for the waiters' cushion.
+        let req = TxnRequest {
+            compare: vec![Compare::create_revision(
+                key.clone(),
+                CompareResult::Equal,
+                my_rev,
+            )],
+            success: vec![
+                RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone())),
+                RequestOp::DeleteRange(DeleteRangeRequest::key(self.record_key(session_id))),
+            ],
+            failure: vec![],
+        };
+        let released = match c.txn(&req) {
+            Ok(r) if r.succeeded => {
+                ui::verbose(format_args!("released {}", self.describe()));
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                ui::warn(format_args!(
+                    "could not release {}: {e}; it frees when the lease ends, after the lock-delay",
+                    self.describe()
+                ));
+                false
+            }
+        };
+        // The last one out removes the limit, so that later users may choose another.
+        let contenders = contenders_of(&self.prefix);
+        let _ = c.txn(&TxnRequest {
+            compare: vec![Compare {
+                range_end: prefix_range_end(contenders.as_bytes()),
+                ..Compare::create_revision(contenders.clone(), CompareResult::Equal, 0)
+            }],
+            success: vec![RequestOp::DeleteRange(DeleteRangeRequest::key(
+                self.limit_key(),
+            ))],
+            failure: vec![],
+        });
+        released
+    }
+
+    fn spec(&self) -> ClaimSpec {
+        ClaimSpec::EtcdSemaphore {
+            prefix: self.prefix.clone(),
+            limit: self.limit,
+        }
+    }
+
+    fn env(&self, _held: &Held, session_id: &str) -> Vec<(String, String)> {
+        vec![
+            ("CONLOCK_KEY".to_string(), self.key_of(session_id)),
+            ("CONLOCK_PREFIX".to_string(), self.prefix.clone()),
+            ("CONLOCK_LIMIT".to_string(), self.limit.to_string()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, rev: i64) -> KeyValue {
+        KeyValue {
+            key: key.as_bytes().to_vec(),
+            create_revision: rev,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_record_is_vanished_only_when_its_key_incarnation_is_gone() {
+        let rec = |k: &str, rev| {
+            Some(HolderRecord {
+                key: k.into(),
+                create_revision: rev,
+                lock_delay_ms: 1000,
+                released: false,
+            })
+        };
+        let keys = [kv("p/a", 5), kv("p/b", 7)];
+        assert!(!vanished(&rec("p/a", 5), &keys));
+        assert!(vanished(&rec("p/a", 4), &keys));
+        assert!(vanished(&rec("p/c", 9), &keys));
+        // Unreadable: taken for good (never freed by a cushion).
+        assert!(!vanished(&None, &keys));
+    }
+}

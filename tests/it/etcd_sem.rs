@@ -1,0 +1,589 @@
+//! `conlock sem --backend etcd` against a real etcd on loopback (etcd_harness): never
+//! more than the limit at once (judged from timestamps the children write), prompt
+//! hand-over, the limit compared, and the slot records' cushion after an involuntary end.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use conlock::etcd::types::*;
+use conlock::etcd::EtcdClient;
+
+use crate::etcd_harness::Etcd;
+use crate::harness::{
+    intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
+    KillOnDrop, BIN,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+const T: Duration = Duration::from_secs(5);
+
+/// Short timings that pass conlock's checks: 3 s TTL, 2 s cushion, 0.5 s grace.
+const FAST: [&str; 6] = ["--ttl", "3s", "--lock-delay", "2s", "--kill-grace", "500ms"];
+
+pub fn unique_name(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "etcdsem/{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// conlock with the etcd backend chosen through the environment, nothing else
+/// inherited that could steer it.
+pub fn conlock_etcd(etcd: &Etcd) -> Command {
+    let mut c = Command::new(BIN.path());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("CONLOCK_BACKEND", "etcd");
+    c.env("ETCDCTL_ENDPOINTS", etcd.endpoint());
+    c.stdin(Stdio::null());
+    c
+}
+
+/// `FAST` with the timings `extra` gives replaced, then the rest of `extra`.
+fn with_timings(extra: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for pair in FAST.chunks(2) {
+        let over = extra.iter().position(|a| *a == pair[0]);
+        let value = over.map_or(pair[1], |i| extra[i + 1]);
+        out.extend([pair[0].to_string(), value.to_string()]);
+    }
+    let mut i = 0;
+    while i < extra.len() {
+        if FAST.contains(&extra[i]) && extra[i].starts_with("--") {
+            i += 2;
+            continue;
+        }
+        out.push(extra[i].to_string());
+        i += 1;
+    }
+    out
+}
+
+/// `conlock sem --prefix P --limit N FAST... -- sh -c CMD`, started.
+pub fn run_sem(etcd: &Etcd, prefix: &str, limit: u32, extra: &[&str], cmd: &str) -> Child {
+    conlock_etcd(etcd)
+        .args(["sem", "--prefix", prefix, "--limit", &limit.to_string()])
+        .args(with_timings(extra))
+        .args(["--", "sh", "-c", cmd])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+pub fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
+    c.range(&RangeRequest::prefix(prefix)).unwrap().kvs
+}
+
+/// Waits until `n` contender keys are under `P/`.
+pub fn wait_keys(c: &EtcdClient, prefix: &str, n: usize) {
+    assert!(
+        wait_for(LONG, || keys_under(c, &format!("{prefix}/")).len() == n),
+        "never {n} keys under {prefix}/: {:?}",
+        keys_under(c, &format!("{prefix}/"))
+    );
+}
+
+/// The contender keys under `P/`, oldest first.
+fn contenders(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
+    let mut kvs = keys_under(c, &format!("{prefix}/"));
+    kvs.sort_by_key(|kv| kv.create_revision);
+    kvs
+}
+
+/// A job that writes `S`, then `A <ns>` every 50 ms while `go` does not exist, then `E`.
+/// A job killed from outside leaves its last `A` as its end.
+pub fn heartbeat_job(log: &Path, go: &Path) -> String {
+    let l = log.display();
+    format!(
+        "id=$$; echo \"S $id $(date +%s%N)\" >> {l}; while [ ! -e {go} ]; do echo \"A $id $(date +%s%N)\" >> {l}; sleep 0.05; done; echo \"E $id $(date +%s%N)\" >> {l}",
+        go = go.display()
+    )
+}
+
+/// Per job id: (first timestamp, last timestamp), in order of start.
+pub fn spans(log: &str) -> Vec<(String, u128, u128)> {
+    let mut out: Vec<(String, u128, u128)> = Vec::new();
+    for line in log.lines() {
+        let p: Vec<&str> = line.split_whitespace().collect();
+        if p.len() != 3 {
+            continue;
+        }
+        let t: u128 = p[2].parse().unwrap();
+        match out.iter_mut().find(|(id, _, _)| id == p[1]) {
+            Some(e) => e.2 = e.2.max(t),
+            None => out.push((p[1].to_string(), t, t)),
+        }
+    }
+    out.sort_by_key(|e| e.1);
+    out
+}
+
+/// The most jobs that ran at once, as far as they said (a killed job ends at its last
+/// heartbeat).
+fn overlap_of_spans(log: &str) -> usize {
+    let iv: Vec<(u128, u128)> = spans(log).iter().map(|s| (s.1, s.2)).collect();
+    max_overlap(&iv)
+}
+
+#[test]
+fn twelve_contenders_with_limit_three_never_exceed_three_and_all_run() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("twelve");
+    let dir = scratch("etcd-sem12");
+    let log = dir.join("log");
+    let env = dir.join("env");
+    let job = logged_job(
+        &log,
+        &format!(
+            "echo \"$CONLOCK_KEY $CONLOCK_PREFIX $CONLOCK_LIMIT $CONLOCK_FENCING_TOKEN\" >> {}; sleep 0.3",
+            env.display()
+        ),
+    );
+    let kids: Vec<KillOnDrop> = (0..12)
+        .map(|_| KillOnDrop(run_sem(etcd, &prefix, 3, &["-q"], &job)))
+        .collect();
+    for mut k in kids {
+        let st = wait_exit(&mut k.0, Duration::from_secs(180));
+        assert!(st.success(), "a contender failed: {st}");
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 12, "{}", read(&log));
+    let most = max_overlap(&iv);
+    assert!(most <= 3, "{most} at once: {}", read(&log));
+    // Twelve 0.3 s jobs through three slots: they did share the slots.
+    assert!(most >= 2, "never two at once: {}", read(&log));
+    // The child's variables: its own key, the prefix, the limit, a unique token.
+    let lines = read(&env);
+    let mut tokens: Vec<u64> = Vec::new();
+    for l in lines.lines() {
+        let p: Vec<&str> = l.split(' ').collect();
+        assert!(p[0].starts_with(&format!("{prefix}/")), "{l}");
+        assert_eq!(p[1], prefix, "{l}");
+        assert_eq!(p[2], "3", "{l}");
+        tokens.push(p[3].parse().unwrap());
+    }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 12, "{lines}");
+    // All released: no contender key, no slot record, no limit left.
+    for p in [
+        format!("{prefix}/"),
+        format!("{prefix}.conlock/"),
+        format!("{prefix}.limit"),
+    ] {
+        assert!(
+            keys_under(&c, &p).is_empty(),
+            "{p}: {:?}",
+            keys_under(&c, &p)
+        );
+    }
+}
+
+/// A freed slot starts the next waiter at once: from the end the leaving job wrote to
+/// the start the next one wrote, well under the watch's 30 s silence.
+#[test]
+fn a_freed_slot_starts_the_next_waiter_promptly() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("handover");
+    let dir = scratch("etcd-sem-handover");
+    let log = dir.join("log");
+    let (go1, go2) = (dir.join("go1"), dir.join("go2"));
+    let a = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go1)),
+    ));
+    let b = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go2)),
+    ));
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    let w = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 3);
+    // The waiter is settled in its watch before the slot frees.
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&go1, "").unwrap();
+    for mut k in [a, w] {
+        assert!(wait_exit(&mut k.0, LONG).success());
+    }
+    std::fs::write(&go2, "").unwrap();
+    let mut b = b;
+    assert!(wait_exit(&mut b.0, LONG).success());
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 3, "{}", read(&log));
+    let first_end = sp[0].2.min(sp[1].2);
+    let gap_ms = (sp[2].1 - first_end) / 1_000_000;
+    assert!(
+        gap_ms < 2000,
+        "the waiter started {gap_ms} ms after the slot freed"
+    );
+}
+
+/// A different --limit than the holders use is exit 125, naming both limits; once the
+/// holders are gone the limit goes with them and another may be chosen.
+#[test]
+fn a_different_limit_than_the_holders_is_exit_125_naming_both() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("limit");
+    let dir = scratch("etcd-sem-limit");
+    let (go, marker) = (dir.join("go"), dir.join("ran"));
+    let h = KillOnDrop(run_sem(etcd, &prefix, 2, &[], &until_exists(&go)));
+    wait_keys(&c, &prefix, 1);
+    let out = conlock_etcd(etcd)
+        .args(["sem", "--prefix", &prefix, "--limit", "3"])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("limit of 2") && err.contains("--limit 3"),
+        "{err}"
+    );
+    assert!(!marker.exists());
+    // The holder is untouched, and its limit stays.
+    assert_eq!(keys_under(&c, &format!("{prefix}/")).len(), 1);
+    std::fs::write(&go, "").unwrap();
+    let mut h = h;
+    assert!(wait_exit(&mut h.0, LONG).success());
+    let out = conlock_etcd(etcd)
+        .args(["sem", "--prefix", &prefix, "--limit", "3", "-q"])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}
+
+/// conlock is SIGKILLed while its command runs: the guardian kills the command, then
+/// releases (no cushion): the slot is reused soon, and only after the command is dead.
+#[test]
+fn sigkill_of_a_holder_the_guardian_frees_the_slot_after_the_command_is_dead() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("kill");
+    let dir = scratch("etcd-sem-kill");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["--lock-delay", "20s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut w = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["--lock-delay", "20s", "-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 2);
+    let killed = Instant::now();
+    signal(h.0.id(), libc::SIGKILL);
+    let st = wait_exit(&mut w.0, LONG);
+    assert!(st.success(), "{st}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "the waiter took {:?} (a cushion or the TTL instead of the guardian's release)",
+        killed.elapsed()
+    );
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(
+        sp[0].2 < sp[1].1,
+        "the next holder started before the killed command's last sign of life: {sp:?}"
+    );
+}
+
+/// SIGSTOP of a holder: the guardian kills its command by the deadline, before the
+/// lease expires; the waiter (which keeps the cushion after the expiry) never overlaps.
+#[test]
+fn sigstop_of_a_holder_its_command_is_dead_before_the_waiter_starts() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("stop");
+    let dir = scratch("etcd-sem-stop");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut w = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 2);
+    signal(h.0.id(), libc::SIGSTOP);
+    let st = wait_exit(&mut w.0, LONG);
+    signal(h.0.id(), libc::SIGCONT);
+    assert!(st.success(), "{st}");
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let mut h = h;
+    assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
+}
+
+/// One of two holders is cut off (SIGSTOP) and its lease revoked: its command runs on
+/// until the guardian's deadline. The waiter keeps the vanished holder's cushion (its
+/// slot record): it starts no earlier than the revoke + the lock-delay, and never more
+/// than two ran at once.
+#[test]
+fn a_holder_revoked_while_cut_off_keeps_its_slot_for_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("cutoff");
+    let dir = scratch("etcd-sem-cutoff");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let slow = ["--ttl", "10s", "--lock-delay", "3s"];
+    let a = KillOnDrop(run_sem(etcd, &prefix, 2, &slow, &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 1));
+    let b = KillOnDrop(run_sem(etcd, &prefix, 2, &slow, &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    let mut w = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 3);
+    let lease = contenders(&c, &prefix)[0].lease;
+    signal(a.0.id(), libc::SIGSTOP);
+    let revoked_at = now_ns();
+    c.lease_revoke(lease).unwrap();
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    signal(a.0.id(), libc::SIGCONT);
+    std::fs::write(&go, "").unwrap();
+    let mut b = b;
+    assert!(wait_exit(&mut b.0, LONG).success());
+    let log = read(&log);
+    let sp = spans(&log);
+    assert_eq!(sp.len(), 3, "{log}");
+    assert!(overlap_of_spans(&log) <= 2, "three at once: {sp:?}");
+    assert!(
+        sp[2].1 >= revoked_at + 3_000_000_000,
+        "the waiter started {} ms after the revoke, inside the 3 s cushion",
+        (sp[2].1 - revoked_at) / 1_000_000
+    );
+}
+
+/// A waiter that comes after a holder was revoked (it never saw the key go) still keeps
+/// the cushion: the slot record is there.
+#[test]
+fn a_waiter_arriving_after_a_revoke_still_keeps_the_cushion() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("late");
+    let dir = scratch("etcd-sem-late");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["--ttl", "10s", "--lock-delay", "3s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let lease = contenders(&c, &prefix)[0].lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    let revoked_at = now_ns();
+    c.lease_revoke(lease).unwrap();
+    let mut w = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0));
+    signal(h.0.id(), libc::SIGCONT);
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{}", read(&log));
+    assert!(sp[0].2 < sp[1].1, "{sp:?}");
+    assert!(sp[1].1 >= revoked_at + 3_000_000_000, "{sp:?}");
+    // The waiter freed the vanished slot and released its own: nothing left.
+    assert!(keys_under(&c, &format!("{prefix}.conlock/")).is_empty());
+}
+
+/// The holder's key is deleted by someone else (or its lease revoked) while conlock is
+/// connected: it stops at once (exit 124) and the waiter keeps the cushion.
+#[test]
+fn key_deleted_or_lease_revoked_while_connected_holder_exits_124_and_the_waiter_keeps_the_cushion()
+{
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    for how in ["delete", "revoke"] {
+        let prefix = unique_name(how);
+        let dir = scratch("etcd-sem-del");
+        let (log, go) = (dir.join("log"), dir.join("go"));
+        let h = run_sem(
+            etcd,
+            &prefix,
+            1,
+            &["--lock-delay", "3s"],
+            &heartbeat_job(&log, &go),
+        );
+        assert!(wait_for(LONG, || read(&log).contains("A ")));
+        let mut w = KillOnDrop(run_sem(
+            etcd,
+            &prefix,
+            1,
+            &["-q"],
+            &logged_job(&log, "true"),
+        ));
+        wait_keys(&c, &prefix, 2);
+        let first = contenders(&c, &prefix)[0].clone();
+        let ended_at = now_ns();
+        if how == "delete" {
+            c.delete_range(&DeleteRangeRequest::key(first.key)).unwrap();
+        } else {
+            c.lease_revoke(first.lease).unwrap();
+        }
+        let out = h.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(124), "{how}: {err}");
+        assert!(err.contains("deleted"), "{how}: {err}");
+        assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(0), "{how}");
+        let sp = spans(&read(&log));
+        assert_eq!(sp.len(), 2, "{how}: {}", read(&log));
+        assert!(sp[0].2 < sp[1].1, "{how}: {sp:?}");
+        assert!(sp[1].1 >= ended_at + 3_000_000_000, "{how}: {sp:?}");
+    }
+}
+
+#[test]
+fn timeout_on_a_full_semaphore_is_exit_75_and_removes_the_waiters_key() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("busy");
+    let dir = scratch("etcd-sem-busy");
+    let (go, marker) = (dir.join("go"), dir.join("ran"));
+    let h = KillOnDrop(run_sem(etcd, &prefix, 1, &[], &until_exists(&go)));
+    wait_keys(&c, &prefix, 1);
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args([
+            "sem",
+            "--prefix",
+            &prefix,
+            "--limit",
+            "1",
+            "--timeout",
+            "1s",
+        ])
+        .args(FAST)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!marker.exists());
+    assert_eq!(keys_under(&c, &format!("{prefix}/")).len(), 1);
+    std::fs::write(&go, "").unwrap();
+    let mut h = h;
+    assert!(wait_exit(&mut h.0, LONG).success());
+}
+
+/// A waiter whose lease expires while it waits (stopped past its TTL) never takes a slot
+/// with its gone key (etcd #11456): it queues again and still never runs beside the
+/// holder.
+#[test]
+fn a_waiter_whose_lease_expired_while_waiting_does_not_run_beside_the_holder() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("expired");
+    let dir = scratch("etcd-sem-expired");
+    let (log, go_a, go_c) = (dir.join("log"), dir.join("go-a"), dir.join("go-c"));
+    let a = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go_a)),
+    ));
+    wait_keys(&c, &prefix, 1);
+    let b = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &[],
+        &logged_job(&log, "sleep 0.3"),
+    ));
+    wait_keys(&c, &prefix, 2);
+    let b_key = contenders(&c, &prefix)[1].key.clone();
+    signal(b.0.id(), libc::SIGSTOP);
+    assert!(
+        wait_for(LONG, || c
+            .range(&RangeRequest::key(b_key.clone()))
+            .unwrap()
+            .kvs
+            .is_empty()),
+        "B's key never expired"
+    );
+    let cc = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go_c)),
+    ));
+    wait_keys(&c, &prefix, 2);
+    std::fs::write(&go_a, "").unwrap();
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    signal(b.0.id(), libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&go_c, "").unwrap();
+    for mut p in [b, a, cc] {
+        let st = wait_exit(&mut p.0, LONG);
+        assert!(st.success(), "{st}");
+    }
+    let iv = intervals(&read(&log));
+    assert_eq!(iv.len(), 3, "{}", read(&log));
+    assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
