@@ -587,3 +587,37 @@ fn a_waiter_whose_lease_expired_while_waiting_does_not_run_beside_the_holder() {
     assert_eq!(iv.len(), 3, "{}", read(&log));
     assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
 }
+
+/// REVIEW: a semaphore `A/b` whose holder vanished leaves its slot record and its limit
+/// behind; neither may lie under `A/` (lock `A`'s contender prefix, for conlock and for
+/// `etcdctl lock A`), or lock `A` waits for them forever.
+#[test]
+fn review_a_semaphore_under_a_lock_name_leaves_nothing_under_the_locks_prefix() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let outer = unique_name("outer");
+    let prefix = format!("{outer}/b");
+    let dir = scratch("etcd-sem-nested");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    // The holder vanishes without releasing: its record and the limit stay.
+    let lease = contenders(&c, &prefix)[0].lease;
+    c.lease_revoke(lease).unwrap();
+    let out = h.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(124));
+    let left = keys_under(&c, &format!("{outer}/"));
+    let names: Vec<String> = left
+        .iter()
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+        .collect();
+    assert!(names.is_empty(), "left under {outer}/: {names:?}");
+    let mut l = KillOnDrop(
+        conlock_etcd(etcd)
+            .args(["run", "--key", &outer, "--timeout", "10s", "-q"])
+            .args(["--", "true"])
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(wait_exit(&mut l.0, LONG).code(), Some(0));
+}
