@@ -12,6 +12,7 @@ use crate::etcd_sem::{
 };
 use crate::harness::{logged_job, read, scratch, until_exists, wait_exit, wait_for, KillOnDrop};
 use crate::schema::assert_status_valid;
+use conlock::claim::etcd_semaphore::records_of;
 
 const LONG: Duration = Duration::from_secs(60);
 const T: Duration = Duration::from_secs(5);
@@ -135,7 +136,7 @@ fn status_of_an_etcd_semaphore_shows_holders_waiters_and_the_limit() {
         .collect();
     wait_keys(&c, &prefix, 3);
     assert!(wait_for(LONG, || {
-        keys_under(&c, &format!("{prefix}.conlock/")).len() == 2
+        keys_under(&c, &records_of(&prefix)).len() == 2
     }));
     let (code, j) = status_json(etcd, &["--prefix", &prefix]);
     assert_eq!(code, Some(0), "{j}");
@@ -362,7 +363,7 @@ fn break_of_semaphore_holders_keeps_their_slots_for_the_cushion() {
         })
         .collect();
     assert!(wait_for(LONG, || {
-        keys_under(&c, &format!("{prefix}.conlock/")).len() == 2
+        keys_under(&c, &records_of(&prefix)).len() == 2
     }));
     let (code, out, err) = op(etcd, &["break", "--prefix", &prefix, "--yes"]);
     assert_eq!(code, Some(0), "{out} {err}");

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use conlock::claim::etcd_semaphore::{limit_key_of, records_of};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
@@ -183,8 +184,8 @@ fn twelve_contenders_with_limit_three_never_exceed_three_and_all_run() {
     // All released: no contender key, no slot record, no limit left.
     for p in [
         format!("{prefix}/"),
-        format!("{prefix}.conlock/"),
-        format!("{prefix}.limit"),
+        records_of(&prefix),
+        limit_key_of(&prefix),
     ] {
         assert!(
             keys_under(&c, &p).is_empty(),
@@ -442,7 +443,7 @@ fn a_waiter_arriving_after_a_revoke_still_keeps_the_cushion() {
     assert!(sp[0].2 < sp[1].1, "{sp:?}");
     assert!(sp[1].1 >= revoked_at + 3_000_000_000, "{sp:?}");
     // The waiter freed the vanished slot and released its own: nothing left.
-    assert!(keys_under(&c, &format!("{prefix}.conlock/")).is_empty());
+    assert!(keys_under(&c, &records_of(&prefix)).is_empty());
 }
 
 /// The holder's key is deleted by someone else (or its lease revoked) while conlock is
