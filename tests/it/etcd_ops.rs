@@ -375,3 +375,31 @@ fn break_of_semaphore_holders_keeps_their_slots_for_the_cushion() {
     assert_eq!(code, Some(1), "{j}");
     assert_eq!(j["vanished"].as_array().unwrap().len(), 2, "{j}");
 }
+
+/// REVIEW: a semaphore whose only holder vanished (its lease revoked) keeps the slot for
+/// its cushion and its command may still run: `status` must not say "free" (exit 1: "no
+/// holder and no lock-delay that status can see"); it sees the vanished holder: exit 2.
+#[test]
+fn review_status_of_a_semaphore_with_only_vanished_holders_is_exit_2() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("vanished-only");
+    let dir = scratch("etcd-ops-vanished-only");
+    let h = run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["--lock-delay", "5s"],
+        &until_exists(&dir.join("never")),
+    );
+    assert!(wait_for(LONG, || keys_under(&c, &records_of(&prefix))
+        .len()
+        == 1));
+    let lease = keys_under(&c, &format!("{prefix}/"))[0].lease;
+    c.lease_revoke(lease).unwrap();
+    assert_eq!(h.wait_with_output().unwrap().status.code(), Some(124));
+    let (code, j) = status_json(etcd, &["--prefix", &prefix]);
+    assert_eq!(j["vanished"].as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j["state"], "lock-delay", "{j}");
+    assert_eq!(code, Some(2), "{j}");
+}
