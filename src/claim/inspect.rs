@@ -134,6 +134,13 @@ impl Snapshot {
                 holder: None,
                 ..
             } => "lock-delay",
+            // etcd: no holder runs, but a vanished holder's command may still (its slot
+            // is kept for its cushion).
+            Snapshot::Semaphore {
+                holders,
+                vanished: Some(v),
+                ..
+            } if holders.is_empty() && !v.is_empty() => "lock-delay",
             s if s.is_held() => "held",
             _ => "free",
         }

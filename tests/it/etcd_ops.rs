@@ -372,7 +372,7 @@ fn break_of_semaphore_holders_keeps_their_slots_for_the_cushion() {
         assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
     }
     let (code, j) = status_json(etcd, &["--prefix", &prefix]);
-    assert_eq!(code, Some(1), "{j}");
+    assert_eq!(code, Some(2), "{j}");
     assert_eq!(j["vanished"].as_array().unwrap().len(), 2, "{j}");
 }
 
