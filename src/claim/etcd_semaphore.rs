@@ -1,17 +1,20 @@
 //! The semaphore on etcd (`conlock sem --backend etcd --prefix P --limit N`). etcdctl
-//! has no semaphore, so the layout is conlock's own, shaped like the lock's:
+//! has no semaphore, so the layout is conlock's own, shaped like the lock's. `E` is `P`
+//! with `%` and `/` escaped (`%25`, `%2F`), as in the lock's holder record `E.conlock`:
+//! a key without `/` lies under no lock's or semaphore's prefix (`X/`), and `%` followed
+//! by a letter occurs in no escaped name, so no name's keys lie in another's ranges.
 //!
 //! - `P/<lease hex>`: one contender key per conlock, on its lease (its place in line:
 //!   lower create revision first);
-//! - `P.conlock/<lease hex>`: a slot record, written (guarded by the contender key's
-//!   create revision) right before the command starts and deleted together with the
-//!   contender key on a voluntary release. Records are the slots: at most N exist. A
+//! - `E.conlock%slot-<lease hex>`: a slot record, written (guarded by the contender
+//!   key's create revision) right before the command starts and deleted together with
+//!   the contender key on a voluntary release. Records are the slots: at most N exist. A
 //!   record whose contender key is gone is a vanished holder that did not let go itself
 //!   (expired, revoked, key deleted): its command may still run for its lock-delay after
 //!   its key went, so its slot stays taken until a waiter has waited that long after it
 //!   first saw the key gone; that waiter then deletes the record (the cushion);
-//! - `P.limit`: N, compared in the txn that creates a contender key; created if absent,
-//!   replaced only while no contender key exists, deleted by the last one out.
+//! - `E.conlock%limit`: N, compared in the txn that creates a contender key; created if
+//!   absent, replaced only while no contender key exists, deleted by the last one out.
 //!
 //! A contender takes a slot when it is among the N oldest contender keys and fewer than
 //! N records exist, in one txn guarded by its key's create revision and by no record
@@ -22,7 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::etcd_lock::{range_of, show, while_waiting, HolderRecord, Waited, WATCH_READ};
+use super::etcd_lock::{
+    range_of, record_key, show, while_waiting, HolderRecord, Waited, WATCH_READ,
+};
 use super::store::{lease_id, Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
@@ -50,14 +55,15 @@ pub fn contenders_of(prefix: &str) -> String {
     format!("{prefix}/")
 }
 
-/// The slot records' prefix of semaphore `prefix`: `P.conlock/`.
+/// The slot records' prefix of semaphore `prefix`: `E.conlock%slot-` (`E`: `P` escaped;
+/// no `/`, so under no lock's or semaphore's prefix).
 pub fn records_of(prefix: &str) -> String {
-    format!("{prefix}.conlock/")
+    format!("{}%slot-", record_key(prefix))
 }
 
-/// The key that stores semaphore `prefix`'s limit: `P.limit`.
+/// The key that stores semaphore `prefix`'s limit: `E.conlock%limit`.
 pub fn limit_key_of(prefix: &str) -> String {
-    format!("{prefix}.limit")
+    format!("{}%limit", record_key(prefix))
 }
 
 /// What one look (a txn guarded by our key) saw.
@@ -393,15 +399,17 @@ impl EtcdSemaphore {
                 read = read.min(d.saturating_duration_since(Instant::now()));
             }
             let read = read.max(Duration::from_millis(10));
-            // One watch covers `P.conlock/`, `P.limit` and `P/` ('.' < '/' < '0').
-            let req = WatchCreateRequest {
-                key: format!("{}.", self.prefix).into_bytes(),
-                range_end: format!("{}0", self.prefix).into_bytes(),
-                start_revision: look.revision + 1,
-                filters: vec![WatchFilter::NoPut],
-                ..Default::default()
-            };
-            let watch = match c.watch(&req, read) {
+            // Two watches on one stream: the contender keys `P/` and the slot records.
+            let reqs = [contenders_of(&self.prefix), records_of(&self.prefix)].map(|p| {
+                WatchCreateRequest {
+                    range_end: prefix_range_end(p.as_bytes()),
+                    key: p.into_bytes(),
+                    start_revision: look.revision + 1,
+                    filters: vec![WatchFilter::NoPut],
+                    ..Default::default()
+                }
+            });
+            let watch = match c.watch_all(&reqs, read) {
                 // Compacted since the look: look again.
                 Err(EtcdError::Compacted { .. }) => continue,
                 r => r,
@@ -694,5 +702,37 @@ mod tests {
         assert!(vanished(&rec("p/c", 9), &keys));
         // Unreadable: taken for good (never freed by a cushion).
         assert!(!vanished(&None, &keys));
+    }
+
+    #[test]
+    fn the_records_and_the_limit_lie_under_no_prefix_and_in_no_other_names_range() {
+        assert_eq!(records_of("a/b"), "a%2Fb.conlock%slot-");
+        assert_eq!(limit_key_of("a/b"), "a%2Fb.conlock%limit");
+        let names = [
+            "a",
+            "a/b",
+            "a.conlock",
+            "a%slot-",
+            "a.conlock%slot-1",
+            "a%2Fb",
+            "a/",
+        ];
+        for p in names {
+            assert!(!records_of(p).contains('/') && !limit_key_of(p).contains('/'));
+            for q in names {
+                let theirs = [
+                    record_key(q),
+                    limit_key_of(q),
+                    format!("{}7587", records_of(q)),
+                ];
+                for k in theirs {
+                    assert_eq!(
+                        k.starts_with(&records_of(p)),
+                        p == q && k.contains("%slot-"),
+                        "{p} {k}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -134,6 +134,13 @@ impl Snapshot {
                 holder: None,
                 ..
             } => "lock-delay",
+            // etcd: no holder runs, but a vanished holder's command may still (its slot
+            // is kept for its cushion).
+            Snapshot::Semaphore {
+                holders,
+                vanished: Some(v),
+                ..
+            } if holders.is_empty() && !v.is_empty() => "lock-delay",
             s if s.is_held() => "held",
             _ => "free",
         }
@@ -416,18 +423,19 @@ fn name_of(target: &Target) -> &str {
     }
 }
 
-/// Waits for an event in `[NAME., NAME0)` (the contender keys `NAME/…`, the records and
-/// the limit) after revision `since`. Silence, a broken stream or a compacted start
-/// only end the wait: the caller reads afresh.
+/// Waits for an event after revision `since` in the contender keys `NAME/…`, the lock's
+/// holder record or the semaphore's records and limit (all `E.conlock…`, `E` the escaped
+/// name: apart from `NAME/`). Silence, a broken stream or a compacted start only end the
+/// wait: the caller reads afresh.
 fn wait_change(c: &EtcdClient, target: &Target, since: u64) -> Result<()> {
     let name = name_of(target);
-    let req = WatchCreateRequest {
-        key: format!("{name}.").into_bytes(),
-        range_end: format!("{name}0").into_bytes(),
+    let reqs = [contenders_of(name), record_key(name)].map(|p| WatchCreateRequest {
+        range_end: prefix_range_end(p.as_bytes()),
+        key: p.into_bytes(),
         start_revision: since as i64 + 1,
         ..Default::default()
-    };
-    let mut stream = match c.watch(&req, ETCD_WATCH_READ) {
+    });
+    let mut stream = match c.watch_all(&reqs, ETCD_WATCH_READ) {
         Ok(s) => s,
         Err(EtcdError::Compacted { .. }) => return Ok(()),
         Err(e) => return Err(e.into()),

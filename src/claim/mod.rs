@@ -133,7 +133,7 @@ pub enum ClaimSpec {
     EtcdLock {
         name: String,
     },
-    /// The etcd semaphore `P` (keys `P/<lease hex>`, slot records `P.conlock/…`).
+    /// The etcd semaphore `P` (keys `P/<lease hex>`, slot records `E.conlock%slot-…`).
     EtcdSemaphore {
         prefix: String,
         limit: u32,

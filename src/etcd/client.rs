@@ -238,11 +238,27 @@ impl EtcdClient {
     /// `read_timeout` (then `Timeout`, and the stream is over: re-read and re-watch).
     /// Dropping the stream closes the connection, which cancels the watch.
     pub fn watch(&self, req: &WatchCreateRequest, read_timeout: Duration) -> Result<WatchStream> {
-        let what = format!("watch of {}", show_key(&req.key));
-        let body = serde_json::to_vec(&WatchRequest {
-            create_request: req.clone(),
-        })
-        .expect("serializes");
+        self.watch_all(std::slice::from_ref(req), read_timeout)
+    }
+
+    /// As `watch`, with several watches on one stream: the gateway reads one create
+    /// request after another from the body. Their events come interleaved; the later
+    /// "created" answers come as answers without events.
+    pub fn watch_all(
+        &self,
+        reqs: &[WatchCreateRequest],
+        read_timeout: Duration,
+    ) -> Result<WatchStream> {
+        let what = format!("watch of {}", show_key(&reqs[0].key));
+        let mut body = Vec::new();
+        for req in reqs {
+            body.extend(
+                serde_json::to_vec(&WatchRequest {
+                    create_request: req.clone(),
+                })
+                .expect("serializes"),
+            );
+        }
         let (endpoint, resp) = self.exchange(
             "POST",
             "/v3/watch",

@@ -135,8 +135,9 @@ pub fn render(snap: &Snapshot, now: SystemTime) -> String {
                 match limit {
                     Some(l) => format!("{} of {l} held{kept_text}", holders.len()),
                     None if vanished.is_some() => format!(
-                        "{} held{kept_text}; the limit is not known ({prefix}.limit is gone: nobody queues)",
-                        holders.len()
+                        "{} held{kept_text}; the limit is not known ({} is gone: nobody queues)",
+                        holders.len(),
+                        crate::claim::etcd_semaphore::limit_key_of(prefix)
                     ),
                     None => format!(
                         "{} held; the limit is not known yet (no .lock)",

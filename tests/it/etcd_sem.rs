@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use conlock::claim::etcd_semaphore::{limit_key_of, records_of};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
@@ -183,8 +184,8 @@ fn twelve_contenders_with_limit_three_never_exceed_three_and_all_run() {
     // All released: no contender key, no slot record, no limit left.
     for p in [
         format!("{prefix}/"),
-        format!("{prefix}.conlock/"),
-        format!("{prefix}.limit"),
+        records_of(&prefix),
+        limit_key_of(&prefix),
     ] {
         assert!(
             keys_under(&c, &p).is_empty(),
@@ -442,7 +443,7 @@ fn a_waiter_arriving_after_a_revoke_still_keeps_the_cushion() {
     assert!(sp[0].2 < sp[1].1, "{sp:?}");
     assert!(sp[1].1 >= revoked_at + 3_000_000_000, "{sp:?}");
     // The waiter freed the vanished slot and released its own: nothing left.
-    assert!(keys_under(&c, &format!("{prefix}.conlock/")).is_empty());
+    assert!(keys_under(&c, &records_of(&prefix)).is_empty());
 }
 
 /// The holder's key is deleted by someone else (or its lease revoked) while conlock is
@@ -586,4 +587,38 @@ fn a_waiter_whose_lease_expired_while_waiting_does_not_run_beside_the_holder() {
     let iv = intervals(&read(&log));
     assert_eq!(iv.len(), 3, "{}", read(&log));
     assert_eq!(max_overlap(&iv), 1, "{}", read(&log));
+}
+
+/// REVIEW: a semaphore `A/b` whose holder vanished leaves its slot record and its limit
+/// behind; neither may lie under `A/` (lock `A`'s contender prefix, for conlock and for
+/// `etcdctl lock A`), or lock `A` waits for them forever.
+#[test]
+fn review_a_semaphore_under_a_lock_name_leaves_nothing_under_the_locks_prefix() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let outer = unique_name("outer");
+    let prefix = format!("{outer}/b");
+    let dir = scratch("etcd-sem-nested");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let h = run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    // The holder vanishes without releasing: its record and the limit stay.
+    let lease = contenders(&c, &prefix)[0].lease;
+    c.lease_revoke(lease).unwrap();
+    let out = h.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(124));
+    let left = keys_under(&c, &format!("{outer}/"));
+    let names: Vec<String> = left
+        .iter()
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+        .collect();
+    assert!(names.is_empty(), "left under {outer}/: {names:?}");
+    let mut l = KillOnDrop(
+        conlock_etcd(etcd)
+            .args(["run", "--key", &outer, "--timeout", "10s", "-q"])
+            .args(["--", "true"])
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(wait_exit(&mut l.0, LONG).code(), Some(0));
 }
