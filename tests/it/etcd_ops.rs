@@ -1,7 +1,6 @@
 //! `status`, `watch` and `break --backend etcd` against a real etcd on loopback, on the
 //! lock (conlock and etcdctl holders) and on the semaphore.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -184,10 +183,8 @@ fn break_of_an_etcd_lock_holder_keeps_the_cushion_and_watch_reports_it() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(w.stdout.take().unwrap()).lines();
+    let mut next = crate::harness::json_lines(w.stdout.take().unwrap(), LONG);
     let _w = KillOnDrop(w);
-    let mut next =
-        || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
     let e = next();
     assert_eq!(e["event"], "held", "{e}");
     let lease = e["holder"]["session"].as_str().unwrap().to_string();

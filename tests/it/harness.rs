@@ -541,3 +541,29 @@ pub fn same_fencing_token(env: &str) {
     assert!(token > 0, "{env}");
     assert_eq!(token, var("CONLOCK_MODIFY_INDEX"), "{env}");
 }
+
+/// The JSON lines a child prints on stdout, one per call, each waited for at most
+/// `within`: a watch that stops printing fails the test instead of hanging it.
+pub fn json_lines(
+    stdout: std::process::ChildStdout,
+    within: Duration,
+) -> impl FnMut() -> serde_json::Value {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    move || {
+        let l = rx
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("no JSON line within {within:?} ({e})"));
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"))
+    }
+}

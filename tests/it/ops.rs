@@ -130,10 +130,8 @@ fn watch_reports_acquire_release_and_loss_and_runs_the_handler() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(w.stdout.take().unwrap()).lines();
+    let mut next = crate::harness::json_lines(w.stdout.take().unwrap(), LONG);
     let _w = KillOnDrop(w);
-    let mut next =
-        || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
     assert_eq!(next()["event"], "free");
 
     // A holder comes and goes normally: acquired, released.
