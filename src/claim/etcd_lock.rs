@@ -127,6 +127,12 @@ fn record_in(r: Option<&RangeResponse>) -> Record {
     })
 }
 
+/// `lease(key) == lease`: a key named after our lease but written by someone else, on
+/// another lease or none, is not ours.
+fn on_lease(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
+    Compare::new(key, CompareTarget::Lease(lease), CompareResult::Equal)
+}
+
 /// A holder record and its mod revision, if there is one.
 type Record = Option<(HolderRecord, i64)>;
 
@@ -225,10 +231,18 @@ impl EtcdLock {
         let my_rev = if r.succeeded {
             r.header.revision
         } else {
-            range_of(r.responses.first())
-                .and_then(|g| g.kvs.first())
-                .map(|kv| kv.create_revision)
-                .unwrap_or(0)
+            match range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
+                Some(kv) if kv.lease == lease => kv.create_revision,
+                Some(kv) => {
+                    // Not ours: treated as gone (a new lease gives a new key name).
+                    ui::notice(format_args!(
+                        "the key {my_key} exists on lease {:x}, not on ours ({sid}); not using it",
+                        kv.lease
+                    ));
+                    0
+                }
+                None => 0,
+            }
         };
         let first = range_of(r.responses.get(1))
             .and_then(|g| g.kvs.first())
@@ -249,11 +263,10 @@ impl EtcdLock {
         my_rev: i64,
     ) -> std::result::Result<Option<(Option<KeyValue>, i64, Record)>, EtcdError> {
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                self.key_of(sid),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(self.key_of(sid), CompareResult::Equal, my_rev),
+                on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
+            ],
             success: vec![
                 RequestOp::Range(RangeRequest {
                     sort_order: SortOrder::Descend,
@@ -389,11 +402,10 @@ impl EtcdLock {
         loop {
             let sent = BootInstant::now();
             let req = TxnRequest {
-                compare: vec![Compare::create_revision(
-                    my_key.clone(),
-                    CompareResult::Equal,
-                    my_rev,
-                )],
+                compare: vec![
+                    Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                    on_lease(my_key.clone(), lease_id(sid).unwrap_or(0)),
+                ],
                 success: vec![RequestOp::Put(PutRequest::new(
                     self.record_key(),
                     serde_json::to_vec(&mine).expect("json"),
@@ -610,11 +622,10 @@ impl Claim for EtcdLock {
             Some(w) => Ok(Some(w)),
             None => self.read_record(c),
         };
-        let mut compare = vec![Compare::create_revision(
-            key.clone(),
-            CompareResult::Equal,
-            my_rev,
-        )];
+        let mut compare = vec![
+            Compare::create_revision(key.clone(), CompareResult::Equal, my_rev),
+            on_lease(key.clone(), lease),
+        ];
         let mut success = vec![RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone()))];
         if let Ok(Some((mut rec, mod_rev))) = record {
             if rec.key == key && rec.create_revision == my_rev {
