@@ -346,7 +346,12 @@ impl EtcdLock {
                 prev_kv: true,
                 ..Default::default()
             };
-            let mut stream = match while_waiting(c.watch(&req, read), deadline)? {
+            let watch = match c.watch(&req, read) {
+                // Compacted since the look: look again.
+                Err(EtcdError::Compacted { .. }) => continue,
+                r => r,
+            };
+            let mut stream = match while_waiting(watch, deadline)? {
                 Waited::Got(s) => s,
                 Waited::Retry => continue,
                 Waited::Busy => return Ok(Turn::Busy),

@@ -1079,3 +1079,101 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
         "conlock's lease was not in the range the test covered: {err}"
     );
 }
+
+/// A TCP proxy to `upstream` (`host:port`) that runs `on_watch` once, before it
+/// forwards the first request that opens a watch. Returns its endpoint.
+fn proxy_with_watch_hook(upstream: String, on_watch: impl FnOnce() + Send + 'static) -> String {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    type Hook = Option<Box<dyn FnOnce() + Send>>;
+    let hook: Arc<Mutex<Hook>> = Arc::new(Mutex::new(Some(Box::new(on_watch))));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            let hook = hook.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[..n].windows(9).any(|w| w == b"/v3/watch") {
+                        if let Some(f) = hook.lock().unwrap().take() {
+                            f();
+                        }
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up2, &mut down2);
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ep
+}
+
+/// etcd compacts its history past the revision a waiter's look read, before the
+/// waiter's watch of its predecessor opens: the waiter looks again (it does not end
+/// with an error), and holds after the holder lets go.
+#[test]
+fn a_compaction_before_the_waiters_watch_makes_it_look_again() {
+    let Some(etcd) = Etcd::start("compact-wait", &EtcdOptions::fast()) else {
+        return;
+    };
+    let name = unique_name("compact-wait");
+    let dir = scratch("etcd-compact-wait");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut a = KillOnDrop(run_lock(&etcd, &name, &[], &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let compacted = dir.join("compacted");
+    let (ep, direct, marker) = (etcd.endpoint(), etcd.client(T), compacted.clone());
+    let upstream = ep.trim_start_matches("http://").to_string();
+    let proxy = proxy_with_watch_hook(upstream, move || {
+        let k = "compact-wait/filler";
+        direct.put(&PutRequest::new(k, "1")).unwrap();
+        let last = direct
+            .put(&PutRequest::new(k, "2"))
+            .unwrap()
+            .header
+            .revision;
+        let (status, body) = crate::etcd_harness::post(
+            &ep,
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{last}","physical":true}}"#),
+            T,
+        )
+        .expect("compaction answered");
+        assert_eq!(status, 200, "{body}");
+        std::fs::write(&marker, "").unwrap();
+    });
+    let mut b = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["-v"],
+        &logged_job(&log, "true"),
+    ));
+    assert!(
+        wait_for(LONG, || compacted.exists()),
+        "the waiter never opened a watch"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_exit(&mut a.0, LONG).code(), Some(0));
+    let st = wait_exit(&mut b.0, LONG);
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(0), "waiter: {st}: {berr}");
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+}
