@@ -346,6 +346,48 @@ fn sigkill_of_conlock_the_guardian_stops_the_command_and_releases_at_once() {
         sp[0].2 < sp[1].1,
         "the next holder started before the killed command's last sign of life: {sp:?}"
     );
+    let mut h = h;
+    let mut err = String::new();
+    std::io::Read::read_to_string(h.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("conlock guardian: released the lock")
+                && l.contains("; lease ")
+                && l.contains(" revoked")),
+        "{err}"
+    );
+}
+
+/// conlock dies after its lease was revoked: the guardian says that it did not release
+/// the lock (it was no longer ours), not that it did.
+#[test]
+fn the_guardian_does_not_claim_a_release_that_did_not_happen() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("guardian-say");
+    let dir = scratch("etcd-guardian-say");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut h = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--ttl", "30s", "--lock-delay", "15s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let lease = keys_under(&c, &format!("{name}/"))[0].lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    c.lease_revoke(lease).unwrap();
+    signal(h.0.id(), libc::SIGKILL);
+    wait_exit(&mut h.0, LONG);
+    let mut err = String::new();
+    std::io::Read::read_to_string(h.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("conlock guardian:") && l.contains("release"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("did not release the lock"), "{err}");
+    assert!(!said[0].contains("released"), "{err}");
 }
 
 #[test]
