@@ -283,14 +283,44 @@ impl Store {
     }
 
     /// Says once, on stderr, what the server is known to get wrong (etcd older than the
-    /// releases that fixed its lease bugs). Not fatal; a failed look says nothing.
-    pub fn warn_known_server_bugs(&self) {
-        if let Store::Etcd(c) = self {
+    /// releases that fixed its lease bugs). Not fatal; a failed look says nothing. The
+    /// look runs on a thread of its own, off the run's critical path: `ServerCheck::finish`
+    /// gives it a moment to say its line before conlock exits.
+    pub fn warn_known_server_bugs(&self) -> ServerCheck {
+        let Store::Etcd(c) = self else {
+            return ServerCheck(None);
+        };
+        let c = c.clone();
+        let look = move || {
             if let Ok(v) = c.version() {
                 if let Some(w) = crate::etcd::version::old_server_warning(&v.etcdserver) {
                     crate::ui::warn(format_args!("{w}"));
                 }
             }
+        };
+        ServerCheck(
+            std::thread::Builder::new()
+                .name("version".into())
+                .spawn(look)
+                .ok(),
+        )
+    }
+}
+
+/// The look at the server's version, started by `Store::warn_known_server_bugs`.
+pub struct ServerCheck(Option<std::thread::JoinHandle<()>>);
+
+impl ServerCheck {
+    /// Waits up to `within` for the look to end (it has said its line then); a server
+    /// that does not answer by then gets no warning.
+    pub fn finish(self, within: Duration) {
+        let Some(t) = self.0 else { return };
+        let until = Instant::now() + within;
+        while !t.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
         }
     }
 }
