@@ -397,6 +397,10 @@ pub struct Prepared {
 }
 
 /// Validates the shared options and builds the client; makes no request.
+/// etcd's default lease checkpoint interval: with checkpointing on, only leases with a
+/// longer TTL are checkpointed (and can get a stale TTL back after a leader change).
+const ETCD_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
+
 pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Result<Prepared> {
     let etcd = backend(conn)? == Backend::Etcd;
     if etcd {
@@ -413,6 +417,14 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
                 "--ttl {} is out of range: on etcd conlock accepts 2s to 24h",
                 crate::duration::format(hold.ttl)
             )));
+        }
+        if hold.ttl > ETCD_CHECKPOINT_INTERVAL {
+            ui::warn(format_args!(
+                "--ttl {} is over {}: if etcd runs with --experimental-enable-lease-checkpoint, a leader change can restore a stale remaining TTL and end the lease before conlock's deadline (docs/safety.md, E1); keep --ttl at {} or less there",
+                crate::duration::format(hold.ttl),
+                crate::duration::format(ETCD_CHECKPOINT_INTERVAL),
+                crate::duration::format(ETCD_CHECKPOINT_INTERVAL)
+            ));
         }
     } else if hold.ttl < TTL_MIN || hold.ttl > TTL_MAX {
         return Err(Error::Usage(format!(

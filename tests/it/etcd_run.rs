@@ -1261,3 +1261,24 @@ fn a_slow_version_answer_does_not_delay_the_command() {
         "{err}"
     );
 }
+
+/// A TTL over etcd's 5 min lease checkpoint interval gets one warning line (a leader
+/// change may restore a stale remaining TTL when checkpointing is on); 5 min gets none.
+#[test]
+fn a_ttl_over_five_minutes_warns_about_lease_checkpoints() {
+    let Some(etcd) = Etcd::shared() else { return };
+    for (ttl, warned) in [("301s", 1), ("5m", 0)] {
+        let name = unique_name("ttl-checkpoint");
+        let h = run_lock(etcd, &name, &["--ttl", ttl, "--lock-delay", "15s"], "true");
+        let out = h.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{ttl}: {err}");
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("--experimental-enable-lease-checkpoint"))
+                .count(),
+            warned,
+            "{ttl}: {err}"
+        );
+    }
+}
