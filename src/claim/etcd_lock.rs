@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{lease_id, Store, StoreError};
+use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay,
@@ -597,12 +597,13 @@ impl Claim for EtcdLock {
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {
-        let c = store.etcd();
+        // Each step retried through an election, for 10 s in all.
+        let mut r = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
         // Our key as it is now (the guardian does not know our revision).
         let my_rev = match self.my_rev.load(Ordering::SeqCst) {
-            0 => match c.range(&RangeRequest::key(key.clone())) {
+            0 => match r.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
                 Ok(r) => match r.kvs.first() {
                     Some(kv) if kv.lease == lease => kv.create_revision,
                     _ => return false,
@@ -625,7 +626,7 @@ impl Claim for EtcdLock {
         let known = written.is_some();
         let record = match written {
             Some(w) => Ok(Some(w)),
-            None => self.read_record(c),
+            None => r.retry(|c| self.read_record(c)),
         };
         let mut compare = vec![
             Compare::create_revision(key.clone(), CompareResult::Equal, my_rev),
@@ -654,7 +655,7 @@ impl Claim for EtcdLock {
             success,
             failure: vec![],
         };
-        match c.txn(&req) {
+        match r.retry(|c| c.txn(&req)) {
             Ok(r) if r.succeeded => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true

@@ -1282,3 +1282,115 @@ fn a_ttl_over_five_minutes_warns_about_lease_checkpoints() {
         );
     }
 }
+
+/// A TCP proxy to `upstream` (`host:port`) that answers a request whose first bytes
+/// `fail` picks with etcd's "no leader" (HTTP 503, gRPC Unavailable) and closes that
+/// connection, as a member does during an election; the rest it forwards.
+fn proxy_answering_503(
+    upstream: String,
+    fail: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    let fail = std::sync::Arc::new(fail);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            let fail = fail.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if fail(&buf[..n]) {
+                        let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
+                        let _ = up.shutdown(std::net::Shutdown::Both);
+                        let _ = write!(
+                            down,
+                            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = down.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up2, &mut down2);
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ep
+}
+
+/// The holder's release meets 2 s of "no leader" answers (an election): it is tried
+/// again until etcd serves it, so the next holder starts at once, not after the TTL
+/// and the cushion (10 s + 5 s).
+#[test]
+fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let electing = Arc::new(AtomicBool::new(false));
+    let window: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let failed = Arc::new(AtomicBool::new(false));
+    let (e2, w2, f2) = (electing.clone(), window.clone(), failed.clone());
+    let proxy = proxy_answering_503(upstream, move |req| {
+        let write = [&b"/v3/kv/txn"[..], b"/v3/lease/revoke"]
+            .iter()
+            .any(|p| req.windows(p.len()).any(|w| w == *p));
+        if !write || !e2.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut w = w2.lock().unwrap();
+        let until = *w.get_or_insert_with(|| Instant::now() + Duration::from_secs(2));
+        let fail = Instant::now() < until;
+        f2.fetch_or(fail, Ordering::SeqCst);
+        fail
+    });
+    let name = unique_name("release-election");
+    let dir = scratch("etcd-release-election");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "10s", "--lock-delay", "5s"];
+    let mut a = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &[&timings[..], &["-v"]].concat(),
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_lock(etcd, &name, &timings, &logged_job(&log, "true")));
+    wait_keys(&c, &name, 2);
+    electing.store(true, Ordering::SeqCst);
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut a.0, LONG);
+    let mut aerr = String::new();
+    std::io::Read::read_to_string(a.0.stderr.as_mut().unwrap(), &mut aerr).unwrap();
+    assert_eq!(st.code(), Some(0), "holder: {aerr}");
+    assert!(
+        failed.load(Ordering::SeqCst),
+        "no release met the election: {aerr}"
+    );
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let gap = Duration::from_nanos((sp[1].1 - sp[0].2) as u64);
+    assert!(
+        gap < Duration::from_secs(8),
+        "the next holder started {gap:?} after the holder's end (TTL + cushion: 15s): {aerr}"
+    );
+}
