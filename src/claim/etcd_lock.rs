@@ -33,6 +33,10 @@ use crate::ui;
 /// How long one read of a watch may stay silent before it is opened again (a cheap
 /// check that the connection still works).
 pub(super) const WATCH_READ: Duration = Duration::from_secs(30);
+/// How long a waiter's watch of its predecessor may stay silent before it looks again
+/// (one txn and a new watch): a watch on a member that froze is silent, and the
+/// waiter would otherwise notice only after `WATCH_READ`.
+const WAITER_READ: Duration = Duration::from_secs(3);
 /// Pause after a failure that may pass, while waiting.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 
@@ -333,11 +337,11 @@ impl EtcdLock {
             }
             // Watch only the predecessor, from right after the read, for its deletion.
             let read = match deadline {
-                Some(d) => WATCH_READ.min(
+                Some(d) => WAITER_READ.min(
                     d.saturating_duration_since(Instant::now())
                         .max(Duration::from_millis(10)),
                 ),
-                None => WATCH_READ,
+                None => WAITER_READ,
             };
             let req = WatchCreateRequest {
                 key: pred.key.clone(),
