@@ -217,6 +217,10 @@ fn run_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
 }
 
 /// `run --backend etcd`: the lock `NAME` of `etcdctl lock NAME`.
+/// How long a run that ends waits for its look at the server's version (a request
+/// normally answered in a millisecond, bounded by the request timeout).
+const SERVER_CHECK_WAIT: Duration = Duration::from_secs(1);
+
 fn run_etcd_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     if args.prefix.is_some() {
         return Err(Error::Usage(
@@ -232,10 +236,12 @@ fn run_etcd_lock(conn: &ConnArgs, args: RunArgs) -> Result<i32> {
     let name = etcd_name(raw)?;
     let mut prepared = prepare(conn, &args.hold, "delete")?;
     crate::events::install(prepared.events.take(), "lock", &name, &prepared.about);
-    // Once, before anything is held: what the server's version is known to get wrong.
-    prepared.client.warn_known_server_bugs();
+    // Once per run, off the critical path: what the server's version is known to get wrong.
+    let check = prepared.client.warn_known_server_bugs();
     let lock = EtcdLock::new(name, prepared.value.clone());
-    hold::hold(&prepared.client, prepared.spec, Arc::new(lock))
+    let code = hold::hold(&prepared.client, prepared.spec, Arc::new(lock));
+    check.finish(SERVER_CHECK_WAIT);
+    code
 }
 
 /// The store `--backend` (or CONLOCK_BACKEND) names, and its options checked: another
@@ -353,9 +359,11 @@ fn run_etcd_sem(conn: &ConnArgs, args: SemArgs) -> Result<i32> {
         &prefix,
         &prepared.about,
     );
-    prepared.client.warn_known_server_bugs();
+    let check = prepared.client.warn_known_server_bugs();
     let sem = EtcdSemaphore::new(prefix, args.limit, prepared.value.clone());
-    hold::hold(&prepared.client, prepared.spec, Arc::new(sem))
+    let code = hold::hold(&prepared.client, prepared.spec, Arc::new(sem));
+    check.finish(SERVER_CHECK_WAIT);
+    code
 }
 
 /// The lock or semaphore an operator command names.
@@ -389,6 +397,10 @@ pub struct Prepared {
 }
 
 /// Validates the shared options and builds the client; makes no request.
+/// etcd's default lease checkpoint interval: with checkpointing on, only leases with a
+/// longer TTL are checkpointed (and can get a stale TTL back after a leader change).
+const ETCD_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
+
 pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Result<Prepared> {
     let etcd = backend(conn)? == Backend::Etcd;
     if etcd {
@@ -405,6 +417,14 @@ pub fn prepare(conn: &ConnArgs, hold: &HoldArgs, behavior: &'static str) -> Resu
                 "--ttl {} is out of range: on etcd conlock accepts 2s to 24h",
                 crate::duration::format(hold.ttl)
             )));
+        }
+        if hold.ttl > ETCD_CHECKPOINT_INTERVAL {
+            ui::warn(format_args!(
+                "--ttl {} is over {}: if etcd runs with --experimental-enable-lease-checkpoint, a leader change can restore a stale remaining TTL and end the lease before conlock's deadline (docs/safety.md, E1); keep --ttl at {} or less there",
+                crate::duration::format(hold.ttl),
+                crate::duration::format(ETCD_CHECKPOINT_INTERVAL),
+                crate::duration::format(ETCD_CHECKPOINT_INTERVAL)
+            ));
         }
     } else if hold.ttl < TTL_MIN || hold.ttl > TTL_MAX {
         return Err(Error::Usage(format!(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{lease_id, Store, StoreError};
+use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay,
@@ -33,6 +33,10 @@ use crate::ui;
 /// How long one read of a watch may stay silent before it is opened again (a cheap
 /// check that the connection still works).
 pub(super) const WATCH_READ: Duration = Duration::from_secs(30);
+/// How long a waiter's watch of its predecessor may stay silent before it looks again
+/// (one txn and a new watch): a watch on a member that froze is silent, and the
+/// waiter would otherwise notice only after `WATCH_READ`.
+const WAITER_READ: Duration = Duration::from_secs(3);
 /// Pause after a failure that may pass, while waiting.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 
@@ -125,6 +129,12 @@ fn record_in(r: Option<&RangeResponse>) -> Record {
             .ok()
             .map(|rec| (rec, kv.mod_revision))
     })
+}
+
+/// `lease(key) == lease`: a key named after our lease but written by someone else, on
+/// another lease or none, is not ours.
+fn on_lease(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
+    Compare::new(key, CompareTarget::Lease(lease), CompareResult::Equal)
 }
 
 /// A holder record and its mod revision, if there is one.
@@ -225,10 +235,18 @@ impl EtcdLock {
         let my_rev = if r.succeeded {
             r.header.revision
         } else {
-            range_of(r.responses.first())
-                .and_then(|g| g.kvs.first())
-                .map(|kv| kv.create_revision)
-                .unwrap_or(0)
+            match range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
+                Some(kv) if kv.lease == lease => kv.create_revision,
+                Some(kv) => {
+                    // Not ours: treated as gone (a new lease gives a new key name).
+                    ui::notice(format_args!(
+                        "the key {my_key} exists on lease {:x}, not on ours ({sid}); not using it",
+                        kv.lease
+                    ));
+                    0
+                }
+                None => 0,
+            }
         };
         let first = range_of(r.responses.get(1))
             .and_then(|g| g.kvs.first())
@@ -249,11 +267,10 @@ impl EtcdLock {
         my_rev: i64,
     ) -> std::result::Result<Option<(Option<KeyValue>, i64, Record)>, EtcdError> {
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                self.key_of(sid),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(self.key_of(sid), CompareResult::Equal, my_rev),
+                on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
+            ],
             success: vec![
                 RequestOp::Range(RangeRequest {
                     sort_order: SortOrder::Descend,
@@ -320,11 +337,11 @@ impl EtcdLock {
             }
             // Watch only the predecessor, from right after the read, for its deletion.
             let read = match deadline {
-                Some(d) => WATCH_READ.min(
+                Some(d) => WAITER_READ.min(
                     d.saturating_duration_since(Instant::now())
                         .max(Duration::from_millis(10)),
                 ),
-                None => WATCH_READ,
+                None => WAITER_READ,
             };
             let req = WatchCreateRequest {
                 key: pred.key.clone(),
@@ -333,7 +350,12 @@ impl EtcdLock {
                 prev_kv: true,
                 ..Default::default()
             };
-            let mut stream = match while_waiting(c.watch(&req, read), deadline)? {
+            let watch = match c.watch(&req, read) {
+                // Compacted since the look: look again.
+                Err(EtcdError::Compacted { .. }) => continue,
+                r => r,
+            };
+            let mut stream = match while_waiting(watch, deadline)? {
                 Waited::Got(s) => s,
                 Waited::Retry => continue,
                 Waited::Busy => return Ok(Turn::Busy),
@@ -389,11 +411,10 @@ impl EtcdLock {
         loop {
             let sent = BootInstant::now();
             let req = TxnRequest {
-                compare: vec![Compare::create_revision(
-                    my_key.clone(),
-                    CompareResult::Equal,
-                    my_rev,
-                )],
+                compare: vec![
+                    Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                    on_lease(my_key.clone(), lease_id(sid).unwrap_or(0)),
+                ],
                 success: vec![RequestOp::Put(PutRequest::new(
                     self.record_key(),
                     serde_json::to_vec(&mine).expect("json"),
@@ -580,12 +601,13 @@ impl Claim for EtcdLock {
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {
-        let c = store.etcd();
+        // Each step retried through an election, for 10 s in all.
+        let mut r = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
         // Our key as it is now (the guardian does not know our revision).
         let my_rev = match self.my_rev.load(Ordering::SeqCst) {
-            0 => match c.range(&RangeRequest::key(key.clone())) {
+            0 => match r.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
                 Ok(r) => match r.kvs.first() {
                     Some(kv) if kv.lease == lease => kv.create_revision,
                     _ => return false,
@@ -608,13 +630,12 @@ impl Claim for EtcdLock {
         let known = written.is_some();
         let record = match written {
             Some(w) => Ok(Some(w)),
-            None => self.read_record(c),
+            None => r.retry(|c| self.read_record(c)),
         };
-        let mut compare = vec![Compare::create_revision(
-            key.clone(),
-            CompareResult::Equal,
-            my_rev,
-        )];
+        let mut compare = vec![
+            Compare::create_revision(key.clone(), CompareResult::Equal, my_rev),
+            on_lease(key.clone(), lease),
+        ];
         let mut success = vec![RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone()))];
         if let Ok(Some((mut rec, mod_rev))) = record {
             if rec.key == key && rec.create_revision == my_rev {
@@ -638,7 +659,7 @@ impl Claim for EtcdLock {
             success,
             failure: vec![],
         };
-        match c.txn(&req) {
+        match r.retry(|c| c.txn(&req)) {
             Ok(r) if r.succeeded => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true

@@ -46,6 +46,67 @@ pub struct Renewed {
     pub ttl: Option<Duration>,
 }
 
+/// The steps of one release on etcd, each run again, like Consul's (`claim::Releasing`),
+/// while etcd answers that it cannot serve it now (HTTP 503 / gRPC Unavailable: no
+/// leader, an election), every 250 ms for up to `RELEASE_ELECTION_BUDGET` in all from the
+/// first such answer, the client's deadline moved out that far: a release that is lost
+/// costs the next holder the TTL and the cushion. An endpoint that does not answer at
+/// all is tried again only within the client's deadline (the cleanup budget).
+pub struct EtcdReleasing {
+    client: EtcdClient,
+    until: Option<Instant>,
+}
+
+/// How long a release etcd could not serve is tried, from the first such answer: as
+/// on Consul (`claim::RELEASE_ELECTION_BUDGET`), longer than an election.
+const ETCD_RELEASE_BUDGET: Duration = Duration::from_secs(10);
+/// Pause between tries of a release etcd could not serve.
+const ETCD_RELEASE_RETRY: Duration = Duration::from_millis(250);
+
+impl EtcdReleasing {
+    pub fn new(client: &EtcdClient) -> EtcdReleasing {
+        EtcdReleasing {
+            client: client.clone(),
+            until: None,
+        }
+    }
+
+    pub fn retry<T>(
+        &mut self,
+        mut f: impl FnMut(&EtcdClient) -> Result<T, EtcdError>,
+    ) -> Result<T, EtcdError> {
+        loop {
+            let e = match f(&self.client) {
+                Err(e) if e.is_retryable() => e,
+                other => return other,
+            };
+            if e.is_unavailable_answer() {
+                let until = *self
+                    .until
+                    .get_or_insert_with(|| Instant::now() + ETCD_RELEASE_BUDGET);
+                if Instant::now() + ETCD_RELEASE_RETRY >= until {
+                    return Err(e);
+                }
+                if self.client.deadline().is_some_and(|d| d < until) {
+                    self.client = self.client.with_deadline(
+                        until,
+                        "a release etcd could not serve (no leader) is retried for up to 10s in all",
+                    );
+                }
+            } else if self
+                .client
+                .deadline()
+                .map_or(true, |d| Instant::now() + ETCD_RELEASE_RETRY >= d)
+            {
+                // No answer at all: only within the client's deadline.
+                return Err(e);
+            }
+            crate::ui::verbose(format_args!("releasing: {e}; retrying"));
+            std::thread::sleep(ETCD_RELEASE_RETRY);
+        }
+    }
+}
+
 /// Tries of a lease grant that failed in a way that may pass.
 const ETCD_GRANT_TRIES: u32 = 3;
 const ETCD_GRANT_PAUSE: Duration = Duration::from_millis(500);
@@ -203,7 +264,9 @@ impl Store {
                 let Some(lease) = lease_id(id) else {
                     return Ok(());
                 };
-                match c.lease_revoke(lease) {
+                // Retried through an election: a lost revoke keeps a semaphore slot (or a
+                // key the release could not delete) until the TTL ends.
+                match EtcdReleasing::new(c).retry(|c| c.lease_revoke(lease)) {
                     Ok(_) => Ok(()),
                     Err(EtcdError::LeaseNotFound { .. }) => Ok(()),
                     Err(e) => Err(e.into()),
@@ -283,14 +346,44 @@ impl Store {
     }
 
     /// Says once, on stderr, what the server is known to get wrong (etcd older than the
-    /// releases that fixed its lease bugs). Not fatal; a failed look says nothing.
-    pub fn warn_known_server_bugs(&self) {
-        if let Store::Etcd(c) = self {
+    /// releases that fixed its lease bugs). Not fatal; a failed look says nothing. The
+    /// look runs on a thread of its own, off the run's critical path: `ServerCheck::finish`
+    /// gives it a moment to say its line before conlock exits.
+    pub fn warn_known_server_bugs(&self) -> ServerCheck {
+        let Store::Etcd(c) = self else {
+            return ServerCheck(None);
+        };
+        let c = c.clone();
+        let look = move || {
             if let Ok(v) = c.version() {
                 if let Some(w) = crate::etcd::version::old_server_warning(&v.etcdserver) {
                     crate::ui::warn(format_args!("{w}"));
                 }
             }
+        };
+        ServerCheck(
+            std::thread::Builder::new()
+                .name("version".into())
+                .spawn(look)
+                .ok(),
+        )
+    }
+}
+
+/// The look at the server's version, started by `Store::warn_known_server_bugs`.
+pub struct ServerCheck(Option<std::thread::JoinHandle<()>>);
+
+impl ServerCheck {
+    /// Waits up to `within` for the look to end (it has said its line then); a server
+    /// that does not answer by then gets no warning.
+    pub fn finish(self, within: Duration) {
+        let Some(t) = self.0 else { return };
+        let until = Instant::now() + within;
+        while !t.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
         }
     }
 }

@@ -84,6 +84,21 @@ impl EtcdError {
         }
     }
 
+    /// etcd answered that it cannot serve the request now (HTTP 503 / gRPC Unavailable:
+    /// no leader, an election), from the last endpoint tried; not a silence or a refused
+    /// connection.
+    pub fn is_unavailable_answer(&self) -> bool {
+        match self {
+            EtcdError::Status { .. } => self.is_retryable(),
+            // The last endpoint's reason is its `Status` message.
+            EtcdError::Unreachable { last, .. } => {
+                last.contains("(HTTP 503")
+                    || last.contains(&format!("gRPC code {}", grpc::UNAVAILABLE))
+            }
+            _ => false,
+        }
+    }
+
     /// The client's deadline ended the call, not etcd.
     pub fn cut_short(&self) -> bool {
         matches!(self, EtcdError::CutShort { .. })

@@ -635,15 +635,42 @@ fn take_over(mut known: Known, conlock_pid: i32, out: &mut Say) -> i32 {
         .claim
         .as_ref()
         .map_or_else(|| "nothing".to_string(), ClaimSpec::describe);
-    if let Some(c) = known.claim {
+    let released = known.claim.map(|c| {
         let claim = c.build();
         ui::set_level(ui::Level::Silent);
-        claim.release(&client, &session);
-    }
-    if client.destroy_session(&session).is_ok() && known.pgid.is_some() {
-        out.say(format!("released {what} and destroyed session {session}"));
+        claim.release(&client, &session)
+    });
+    let destroyed = client.destroy_session(&session);
+    if known.pgid.is_some() {
+        out.say(take_over_said(
+            &client, &what, released, &session, &destroyed,
+        ));
     }
     0
+}
+
+/// What the guardian says it did after conlock died: only what really happened.
+fn take_over_said(
+    client: &Store,
+    what: &str,
+    released: Option<bool>,
+    session: &str,
+    destroyed: &std::result::Result<(), crate::error::StoreError>,
+) -> String {
+    let claim = match released {
+        Some(true) => format!("released {what}"),
+        Some(false) => format!("did not release {what} (no longer ours, or no answer)"),
+        None => "held nothing".to_string(),
+    };
+    let (noun, done) = match client.backend() {
+        "etcd" => ("lease", "revoked"),
+        _ => ("session", "destroyed"),
+    };
+    match destroyed {
+        // The store answers the same for one that was already gone.
+        Ok(()) => format!("{claim}; {noun} {session} {done} (or already gone)"),
+        Err(e) => format!("{claim}; could not end {noun} {session}: {e}; it expires by its TTL"),
+    }
 }
 
 /// How long survivors are waited for before they are reported and the session renewed.

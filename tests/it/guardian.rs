@@ -1146,3 +1146,36 @@ fn without_a_guardian_the_command_does_not_run_unless_unguarded() {
     assert!(ran.exists(), "--unguarded did not run the command");
     assert!(err.contains("running unguarded"), "{err}");
 }
+
+/// What the guardian says after conlock died, on Consul: the release and the session
+/// destroy it did, each said.
+#[test]
+fn guardian_says_what_it_released_and_destroyed() {
+    let server = start_server();
+    let dir = scratch("guardian-says");
+    let sidfile = dir.join("sid");
+    let key = "guardian-says";
+    let mut h = conlock(&server)
+        .args(["run", "--key", key, "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "echo $CONLOCK_SESSION > {0}.tmp; mv {0}.tmp {0}; exec sleep 600",
+            sidfile.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(LONG, || !read(&sidfile).trim().is_empty()));
+    let sid = read(&sidfile).trim().to_string();
+    signal(h.id(), libc::SIGKILL);
+    wait_exit(&mut h, LONG);
+    let mut err = String::new();
+    std::io::Read::read_to_string(h.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("conlock guardian:") && l.contains("release"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    let expected = format!("released the lock {key:?}; session {sid} destroyed");
+    assert!(said[0].contains(&expected), "{expected}: {err}");
+}
