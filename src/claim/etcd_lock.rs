@@ -461,6 +461,95 @@ impl EtcdLock {
     }
 }
 
+/// A holder's monitor on etcd (the lock's and the semaphore's): follows our key from
+/// revision `from` with a watch (`prev_kv`), opened again after silence, read afresh after
+/// a compaction, and reports the first answer `lost_because` finds fatal, or too many
+/// failed watches in a row (`policy`), until `stop`.
+pub(super) fn monitor_own_key(
+    c: &EtcdClient,
+    key: &str,
+    mut from: i64,
+    policy: MonitorPolicy,
+    lost: &LossReport,
+    stop: &AtomicBool,
+    lost_because: impl Fn(Option<&KeyValue>) -> Option<String>,
+) {
+    let report = |why: String| {
+        if !stop.load(Ordering::SeqCst) {
+            lost(why);
+        }
+    };
+    let mut failures = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        let req = WatchCreateRequest {
+            key: key.as_bytes().to_vec(),
+            start_revision: from,
+            prev_kv: true,
+            ..Default::default()
+        };
+        let result = c.watch(&req, WATCH_READ).and_then(|mut s| loop {
+            match s.next_response() {
+                Ok(Some(r)) => {
+                    failures = 0;
+                    from = from.max(r.header.revision + 1);
+                    for e in &r.events {
+                        from = from.max(e.kv.mod_revision + 1);
+                        let kv = (e.kind != EventType::Delete).then_some(&e.kv);
+                        if let Some(why) = lost_because(kv) {
+                            return Ok(Some(why));
+                        }
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        return Ok(None);
+                    }
+                }
+                // Silence: open it again (from the last revision seen).
+                Err(EtcdError::Timeout { .. }) | Ok(None) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        });
+        match result {
+            Ok(Some(why)) => return report(why),
+            Ok(None) => {}
+            Err(e) => {
+                // A compacted start: read the key instead, and watch from its revision.
+                if let EtcdError::Compacted { .. } = e {
+                    match c.range(&RangeRequest::key(key.to_string())) {
+                        Ok(r) => {
+                            if let Some(why) = lost_because(r.kvs.first()) {
+                                return report(why);
+                            }
+                            from = r.header.revision + 1;
+                            continue;
+                        }
+                        Err(e2) => ui::verbose(format_args!("reading {key} failed: {e2}")),
+                    }
+                }
+                failures += 1;
+                if failures > policy.retries {
+                    return report(format!("cannot watch {key} after {failures} tries: {e}"));
+                }
+                ui::verbose(format_args!(
+                    "watching {key} failed ({e}); retry {failures} of {}",
+                    policy.retries
+                ));
+                std::thread::sleep(policy.retry_time);
+            }
+        }
+    }
+}
+
+/// One linearizable (not serializable) read of our key: it proves the key existed after
+/// it was sent (a confirmation); `lost_because` says why not.
+pub(super) fn confirm_own_key(
+    store: &Store,
+    key: String,
+    lost_because: impl Fn(Option<&KeyValue>) -> Option<String>,
+) -> std::result::Result<Option<String>, StoreError> {
+    let r = store.etcd().range(&RangeRequest::key(key))?;
+    Ok(lost_because(r.kvs.first()))
+}
+
 impl Claim for EtcdLock {
     fn describe(&self) -> String {
         format!("lock {:?}", self.name)
@@ -520,72 +609,16 @@ impl Claim for EtcdLock {
         lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
-        let c = store.etcd();
-        let key = self.key_of(&session_id);
-        let mut from = self.held_rev.load(Ordering::SeqCst) + 1;
-        let mut failures = 0u32;
-        let report = |why: String| {
-            if !stop.load(Ordering::SeqCst) {
-                lost(why);
-            }
-        };
-        while !stop.load(Ordering::SeqCst) {
-            let req = WatchCreateRequest {
-                key: key.clone().into_bytes(),
-                start_revision: from,
-                prev_kv: true,
-                ..Default::default()
-            };
-            let result = c.watch(&req, WATCH_READ).and_then(|mut s| loop {
-                match s.next_response() {
-                    Ok(Some(r)) => {
-                        failures = 0;
-                        from = from.max(r.header.revision + 1);
-                        for e in &r.events {
-                            from = from.max(e.kv.mod_revision + 1);
-                            let kv = (e.kind != EventType::Delete).then_some(&e.kv);
-                            if let Some(why) = self.lost_because(kv, &session_id) {
-                                return Ok(Some(why));
-                            }
-                        }
-                        if stop.load(Ordering::SeqCst) {
-                            return Ok(None);
-                        }
-                    }
-                    // Silence: open it again (from the last revision seen).
-                    Err(EtcdError::Timeout { .. }) | Ok(None) => return Ok(None),
-                    Err(e) => return Err(e),
-                }
-            });
-            match result {
-                Ok(Some(why)) => return report(why),
-                Ok(None) => {}
-                Err(e) => {
-                    // A compacted start: read the key instead, and watch from its revision.
-                    if let EtcdError::Compacted { .. } = e {
-                        match c.range(&RangeRequest::key(key.clone())) {
-                            Ok(r) => {
-                                if let Some(why) = self.lost_because(r.kvs.first(), &session_id) {
-                                    return report(why);
-                                }
-                                from = r.header.revision + 1;
-                                continue;
-                            }
-                            Err(e2) => ui::verbose(format_args!("reading {key} failed: {e2}")),
-                        }
-                    }
-                    failures += 1;
-                    if failures > policy.retries {
-                        return report(format!("cannot watch {key} after {failures} tries: {e}"));
-                    }
-                    ui::verbose(format_args!(
-                        "watching {key} failed ({e}); retry {failures} of {}",
-                        policy.retries
-                    ));
-                    std::thread::sleep(policy.retry_time);
-                }
-            }
-        }
+        let from = self.held_rev.load(Ordering::SeqCst) + 1;
+        monitor_own_key(
+            store.etcd(),
+            &self.key_of(&session_id),
+            from,
+            policy,
+            &lost,
+            &stop,
+            |kv| self.lost_because(kv, &session_id),
+        );
     }
 
     fn confirm(
@@ -593,11 +626,9 @@ impl Claim for EtcdLock {
         store: &Store,
         session_id: &str,
     ) -> std::result::Result<Option<String>, StoreError> {
-        // Linearizable (not serializable): it proves the key existed after it was sent.
-        let r = store
-            .etcd()
-            .range(&RangeRequest::key(self.key_of(session_id)))?;
-        Ok(self.lost_because(r.kvs.first(), session_id))
+        confirm_own_key(store, self.key_of(session_id), |kv| {
+            self.lost_because(kv, session_id)
+        })
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {

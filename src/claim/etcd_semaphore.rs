@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
-    range_of, record_key, show, while_waiting, HolderRecord, Waited, WATCH_READ,
+    confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
+    Waited, WATCH_READ,
 };
 use super::store::{lease_id, Store, StoreError};
 use super::{
@@ -516,71 +517,16 @@ impl Claim for EtcdSemaphore {
         lost: LossReport,
         stop: Arc<AtomicBool>,
     ) {
-        let c = store.etcd();
-        let key = self.key_of(&session_id);
-        let mut from = self.held_rev.load(Ordering::SeqCst) + 1;
-        let mut failures = 0u32;
-        let report = |why: String| {
-            if !stop.load(Ordering::SeqCst) {
-                lost(why);
-            }
-        };
-        // As the lock's monitor: our key's events from the acquisition on.
-        while !stop.load(Ordering::SeqCst) {
-            let req = WatchCreateRequest {
-                key: key.clone().into_bytes(),
-                start_revision: from,
-                prev_kv: true,
-                ..Default::default()
-            };
-            let result = c.watch(&req, WATCH_READ).and_then(|mut s| loop {
-                match s.next_response() {
-                    Ok(Some(r)) => {
-                        failures = 0;
-                        from = from.max(r.header.revision + 1);
-                        for e in &r.events {
-                            from = from.max(e.kv.mod_revision + 1);
-                            let kv = (e.kind != EventType::Delete).then_some(&e.kv);
-                            if let Some(why) = self.lost_because(kv, &session_id) {
-                                return Ok(Some(why));
-                            }
-                        }
-                        if stop.load(Ordering::SeqCst) {
-                            return Ok(None);
-                        }
-                    }
-                    Err(EtcdError::Timeout { .. }) | Ok(None) => return Ok(None),
-                    Err(e) => return Err(e),
-                }
-            });
-            match result {
-                Ok(Some(why)) => return report(why),
-                Ok(None) => {}
-                Err(e) => {
-                    if let EtcdError::Compacted { .. } = e {
-                        match c.range(&RangeRequest::key(key.clone())) {
-                            Ok(r) => {
-                                if let Some(why) = self.lost_because(r.kvs.first(), &session_id) {
-                                    return report(why);
-                                }
-                                from = r.header.revision + 1;
-                                continue;
-                            }
-                            Err(e2) => ui::verbose(format_args!("reading {key} failed: {e2}")),
-                        }
-                    }
-                    failures += 1;
-                    if failures > policy.retries {
-                        return report(format!("cannot watch {key} after {failures} tries: {e}"));
-                    }
-                    ui::verbose(format_args!(
-                        "watching {key} failed ({e}); retry {failures} of {}",
-                        policy.retries
-                    ));
-                    std::thread::sleep(policy.retry_time);
-                }
-            }
-        }
+        let from = self.held_rev.load(Ordering::SeqCst) + 1;
+        monitor_own_key(
+            store.etcd(),
+            &self.key_of(&session_id),
+            from,
+            policy,
+            &lost,
+            &stop,
+            |kv| self.lost_because(kv, &session_id),
+        );
     }
 
     fn confirm(
@@ -588,10 +534,9 @@ impl Claim for EtcdSemaphore {
         store: &Store,
         session_id: &str,
     ) -> std::result::Result<Option<String>, StoreError> {
-        let r = store
-            .etcd()
-            .range(&RangeRequest::key(self.key_of(session_id)))?;
-        Ok(self.lost_because(r.kvs.first(), session_id))
+        confirm_own_key(store, self.key_of(session_id), |kv| {
+            self.lost_because(kv, session_id)
+        })
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {
