@@ -29,7 +29,7 @@ use super::etcd_lock::{
     confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
     Waited, WATCH_READ,
 };
-use super::store::{lease_id, Store, StoreError};
+use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay,
@@ -540,12 +540,14 @@ impl Claim for EtcdSemaphore {
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {
-        let c = store.etcd();
+        // Each step retried through an election, for 10 s in all: a lost release costs
+        // the next waiter the TTL and the cushion.
+        let mut c = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
         let my_rev = match self.my_rev.load(Ordering::SeqCst) {
             // The guardian does not know our revision: our key as it is now.
-            0 => match c.range(&RangeRequest::key(key.clone())) {
+            0 => match c.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
                 Ok(r) => match r.kvs.first() {
                     Some(kv) if kv.lease == lease => kv.create_revision,
                     _ => return false,
@@ -574,7 +576,7 @@ impl Claim for EtcdSemaphore {
             ],
             failure: vec![],
         };
-        let released = match c.txn(&req) {
+        let released = match c.retry(|c| c.txn(&req)) {
             Ok(r) if r.succeeded => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true
@@ -590,7 +592,7 @@ impl Claim for EtcdSemaphore {
         };
         // The last one out removes the limit, so that later users may choose another.
         let contenders = contenders_of(&self.prefix);
-        let _ = c.txn(&TxnRequest {
+        let last_out = TxnRequest {
             compare: vec![Compare {
                 range_end: prefix_range_end(contenders.as_bytes()),
                 ..Compare::create_revision(contenders.clone(), CompareResult::Equal, 0)
@@ -599,7 +601,8 @@ impl Claim for EtcdSemaphore {
                 self.limit_key(),
             ))],
             failure: vec![],
-        });
+        };
+        let _ = c.retry(|c| c.txn(&last_out));
         released
     }
 

@@ -622,3 +622,74 @@ fn review_a_semaphore_under_a_lock_name_leaves_nothing_under_the_locks_prefix() 
     );
     assert_eq!(wait_exit(&mut l.0, LONG).code(), Some(0));
 }
+
+/// The holder's release meets 2 s of "no leader" answers (an election): it is tried
+/// again until etcd serves it, so the waiter starts at once. A release that is lost
+/// leaves the slot record, and the waiter keeps the 10 s cushion after the revoke.
+#[test]
+fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let electing = Arc::new(AtomicBool::new(false));
+    let window: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let failed = Arc::new(AtomicBool::new(false));
+    let (e2, w2, f2) = (electing.clone(), window.clone(), failed.clone());
+    let proxy = crate::etcd_run::proxy_answering_503(upstream, move |req| {
+        let write = [&b"/v3/kv/txn"[..], b"/v3/lease/revoke"]
+            .iter()
+            .any(|p| req.windows(p.len()).any(|w| w == *p));
+        if !write || !e2.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut w = w2.lock().unwrap();
+        let until = *w.get_or_insert_with(|| Instant::now() + Duration::from_secs(2));
+        let fail = Instant::now() < until;
+        f2.fetch_or(fail, Ordering::SeqCst);
+        fail
+    });
+    let prefix = unique_name("release-election");
+    let dir = scratch("etcd-sem-release-election");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "10s", "--lock-delay", "10s"];
+    let mut a = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
+            .args(with_timings(&timings))
+            .args(["--", "sh", "-c", &heartbeat_job(&log, &go)])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &timings,
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 2);
+    electing.store(true, Ordering::SeqCst);
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut a.0, LONG);
+    let mut aerr = String::new();
+    std::io::Read::read_to_string(a.0.stderr.as_mut().unwrap(), &mut aerr).unwrap();
+    assert_eq!(st.code(), Some(0), "holder: {aerr}");
+    assert!(
+        failed.load(Ordering::SeqCst),
+        "no release met the election: {aerr}"
+    );
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let gap = Duration::from_nanos((sp[1].1 - sp[0].2) as u64);
+    assert!(
+        gap < Duration::from_secs(7),
+        "the next holder started {gap:?} after the holder's end (revoke + cushion: 12s): {aerr}"
+    );
+}
