@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
     confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
-    Waited, WATCH_READ,
+    Waited,
 };
 use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
@@ -66,6 +66,11 @@ pub fn records_of(prefix: &str) -> String {
 pub fn limit_key_of(prefix: &str) -> String {
     format!("{}%limit", record_key(prefix))
 }
+
+/// How long a waiter's watch may stay silent before it looks again (one txn and a new
+/// watch): a watch on a member that froze is silent, as in the lock's waiter (its
+/// `WAITER_READ`); the holder's monitor keeps the longer `WATCH_READ`.
+const WAITER_READ: Duration = Duration::from_secs(3);
 
 /// What one look (a txn guarded by our key) saw.
 struct Look {
@@ -392,7 +397,7 @@ impl EtcdSemaphore {
             if claim::deadline_passed(deadline) {
                 return Ok(None);
             }
-            let mut read = WATCH_READ;
+            let mut read = WAITER_READ;
             if let Some(t) = next_free {
                 read = read.min(t.saturating_duration_since(Instant::now()));
             }
