@@ -72,6 +72,12 @@ pub fn limit_key_of(prefix: &str) -> String {
 /// `WAITER_READ`); the holder's monitor keeps the longer `WATCH_READ`.
 const WAITER_READ: Duration = Duration::from_secs(3);
 
+/// `lease(key) == lease`: a key named after our lease but written by someone else, on
+/// another lease or none, is not ours.
+fn on_lease(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
+    Compare::new(key, CompareTarget::Lease(lease), CompareResult::Equal)
+}
+
 /// What one look (a txn guarded by our key) saw.
 struct Look {
     /// Every contender key, oldest first.
@@ -128,8 +134,8 @@ impl EtcdSemaphore {
     }
 
     /// Creates our key if `P.limit` says our limit (or finds it, after a txn whose answer
-    /// was lost); creates or replaces `P.limit` when that is allowed. `Ok(0)`: the key was
-    /// found gone (our lease went).
+    /// was lost); creates or replaces `P.limit` when that is allowed. `Got(0)`: a key
+    /// of our name is on another lease or none (not ours): queue again with a new lease.
     fn enqueue(
         &self,
         c: &EtcdClient,
@@ -169,9 +175,18 @@ impl EtcdSemaphore {
         if r.succeeded {
             return Ok(Waited::Got(r.header.revision));
         }
-        if let Some(kv) = range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
+        match range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
             // Ours already (a txn whose answer was lost); P.limit was ours then.
-            return Ok(Waited::Got(kv.create_revision));
+            Some(kv) if kv.lease == lease => return Ok(Waited::Got(kv.create_revision)),
+            Some(kv) => {
+                // Not ours: treated as gone (a new lease gives a new key name).
+                ui::notice(format_args!(
+                    "the key {my_key} exists on lease {:x}, not on ours ({sid}); not using it",
+                    kv.lease
+                ));
+                return Ok(Waited::Got(0));
+            }
+            None => {}
         }
         let contenders = range_of(r.responses.get(2)).map_or(0, |g| g.count);
         let put_limit = RequestOp::Put(PutRequest::new(self.limit_key(), limit.clone()));
@@ -216,8 +231,8 @@ impl EtcdSemaphore {
         }
     }
 
-    /// One look: `None` when our key is gone (#11456), else every contender key and
-    /// every slot record, atomically.
+    /// One look: `None` when our key is gone (#11456) or on another lease, else every
+    /// contender key and every slot record, atomically.
     fn look(
         &self,
         c: &EtcdClient,
@@ -225,11 +240,10 @@ impl EtcdSemaphore {
         my_rev: i64,
     ) -> std::result::Result<Option<Look>, EtcdError> {
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                self.key_of(sid),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(self.key_of(sid), CompareResult::Equal, my_rev),
+                on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
+            ],
             success: vec![
                 RequestOp::Range(RangeRequest {
                     sort_order: SortOrder::Ascend,
@@ -323,6 +337,7 @@ impl EtcdSemaphore {
                 // if no record changed since the look.
                 let mut compare = vec![
                     Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                    on_lease(my_key.clone(), lease_id(sid).unwrap_or(0)),
                     Compare {
                         range_end: prefix_range_end(records_of(&self.prefix).as_bytes()),
                         ..Compare::new(
@@ -570,11 +585,10 @@ impl Claim for EtcdSemaphore {
         // Our key and our slot record go together, only while the key is ours: a holder
         // whose key went otherwise leaves its record for the waiters' cushion.
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                key.clone(),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(key.clone(), CompareResult::Equal, my_rev),
+                on_lease(key.clone(), lease),
+            ],
             success: vec![
                 RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone())),
                 RequestOp::DeleteRange(DeleteRangeRequest::key(self.record_key(session_id))),
