@@ -737,3 +737,99 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
         "conlock's lease was not in the range the test covered: {err}"
     );
 }
+
+/// A TCP proxy to `upstream` (`host:port`) that forwards everything but a watch's
+/// events: once a watch's "created" answer has passed, the rest of that connection's
+/// answers are dropped (it stays open), as a watch on a member that froze goes silent.
+fn proxy_with_silent_watches(upstream: String) -> String {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            let watch = Arc::new(AtomicBool::new(false));
+            let watch2 = watch.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[..n].windows(9).any(|w| w == b"/v3/watch") {
+                        watch.store(true, Ordering::SeqCst);
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                let mut created = false;
+                while let Ok(n) = up2.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if created && watch2.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    created = buf[..n].windows(9).any(|w| w == b"\"created\"");
+                    if down2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ep
+}
+
+/// A waiter whose watch stays silent (a frozen member) looks again after 3 s of
+/// silence, so it holds within seconds of the holder's release, not after 30 s.
+#[test]
+fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = proxy_with_silent_watches(upstream);
+    let prefix = unique_name("silent-watch");
+    let dir = scratch("etcd-sem-silent-watch");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut a = KillOnDrop(run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
+            .args(with_timings(&[]))
+            .args(["--", "sh", "-c", &logged_job(&log, "true")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_keys(&c, &prefix, 2);
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_exit(&mut a.0, LONG).code(), Some(0));
+    let st = wait_exit(&mut b.0, LONG);
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(0), "waiter: {berr}");
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let gap = Duration::from_nanos((sp[1].1 - sp[0].2) as u64);
+    assert!(
+        gap < Duration::from_secs(15),
+        "the waiter started {gap:?} after the holder's end (a silent watch read: 30 s): {berr}"
+    );
+    eprintln!("the waiter started {gap:?} after the holder's end, its watch silent");
+}
