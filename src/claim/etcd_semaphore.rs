@@ -27,9 +27,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
     confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
-    Waited, WATCH_READ,
+    Waited,
 };
-use super::store::{lease_id, Store, StoreError};
+use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
     self as claim, Claim, ClaimSpec, Held, HolderValue, LossReport, MonitorPolicy, SessionHandle,
     WaitDisplay,
@@ -65,6 +65,17 @@ pub fn records_of(prefix: &str) -> String {
 /// The key that stores semaphore `prefix`'s limit: `E.conlock%limit`.
 pub fn limit_key_of(prefix: &str) -> String {
     format!("{}%limit", record_key(prefix))
+}
+
+/// How long a waiter's watch may stay silent before it looks again (one txn and a new
+/// watch): a watch on a member that froze is silent, as in the lock's waiter (its
+/// `WAITER_READ`); the holder's monitor keeps the longer `WATCH_READ`.
+const WAITER_READ: Duration = Duration::from_secs(3);
+
+/// `lease(key) == lease`: a key named after our lease but written by someone else, on
+/// another lease or none, is not ours.
+fn on_lease(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
+    Compare::new(key, CompareTarget::Lease(lease), CompareResult::Equal)
 }
 
 /// What one look (a txn guarded by our key) saw.
@@ -123,8 +134,8 @@ impl EtcdSemaphore {
     }
 
     /// Creates our key if `P.limit` says our limit (or finds it, after a txn whose answer
-    /// was lost); creates or replaces `P.limit` when that is allowed. `Ok(0)`: the key was
-    /// found gone (our lease went).
+    /// was lost); creates or replaces `P.limit` when that is allowed. `Got(0)`: a key
+    /// of our name is on another lease or none (not ours): queue again with a new lease.
     fn enqueue(
         &self,
         c: &EtcdClient,
@@ -164,9 +175,18 @@ impl EtcdSemaphore {
         if r.succeeded {
             return Ok(Waited::Got(r.header.revision));
         }
-        if let Some(kv) = range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
+        match range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
             // Ours already (a txn whose answer was lost); P.limit was ours then.
-            return Ok(Waited::Got(kv.create_revision));
+            Some(kv) if kv.lease == lease => return Ok(Waited::Got(kv.create_revision)),
+            Some(kv) => {
+                // Not ours: treated as gone (a new lease gives a new key name).
+                ui::notice(format_args!(
+                    "the key {my_key} exists on lease {:x}, not on ours ({sid}); not using it",
+                    kv.lease
+                ));
+                return Ok(Waited::Got(0));
+            }
+            None => {}
         }
         let contenders = range_of(r.responses.get(2)).map_or(0, |g| g.count);
         let put_limit = RequestOp::Put(PutRequest::new(self.limit_key(), limit.clone()));
@@ -211,8 +231,8 @@ impl EtcdSemaphore {
         }
     }
 
-    /// One look: `None` when our key is gone (#11456), else every contender key and
-    /// every slot record, atomically.
+    /// One look: `None` when our key is gone (#11456) or on another lease, else every
+    /// contender key and every slot record, atomically.
     fn look(
         &self,
         c: &EtcdClient,
@@ -220,11 +240,10 @@ impl EtcdSemaphore {
         my_rev: i64,
     ) -> std::result::Result<Option<Look>, EtcdError> {
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                self.key_of(sid),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(self.key_of(sid), CompareResult::Equal, my_rev),
+                on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
+            ],
             success: vec![
                 RequestOp::Range(RangeRequest {
                     sort_order: SortOrder::Ascend,
@@ -318,6 +337,7 @@ impl EtcdSemaphore {
                 // if no record changed since the look.
                 let mut compare = vec![
                     Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                    on_lease(my_key.clone(), lease_id(sid).unwrap_or(0)),
                     Compare {
                         range_end: prefix_range_end(records_of(&self.prefix).as_bytes()),
                         ..Compare::new(
@@ -392,7 +412,7 @@ impl EtcdSemaphore {
             if claim::deadline_passed(deadline) {
                 return Ok(None);
             }
-            let mut read = WATCH_READ;
+            let mut read = WAITER_READ;
             if let Some(t) = next_free {
                 read = read.min(t.saturating_duration_since(Instant::now()));
             }
@@ -540,12 +560,14 @@ impl Claim for EtcdSemaphore {
     }
 
     fn release(&self, store: &Store, session_id: &str) -> bool {
-        let c = store.etcd();
+        // Each step retried through an election, for 10 s in all: a lost release costs
+        // the next waiter the TTL and the cushion.
+        let mut c = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
         let my_rev = match self.my_rev.load(Ordering::SeqCst) {
             // The guardian does not know our revision: our key as it is now.
-            0 => match c.range(&RangeRequest::key(key.clone())) {
+            0 => match c.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
                 Ok(r) => match r.kvs.first() {
                     Some(kv) if kv.lease == lease => kv.create_revision,
                     _ => return false,
@@ -563,18 +585,17 @@ impl Claim for EtcdSemaphore {
         // Our key and our slot record go together, only while the key is ours: a holder
         // whose key went otherwise leaves its record for the waiters' cushion.
         let req = TxnRequest {
-            compare: vec![Compare::create_revision(
-                key.clone(),
-                CompareResult::Equal,
-                my_rev,
-            )],
+            compare: vec![
+                Compare::create_revision(key.clone(), CompareResult::Equal, my_rev),
+                on_lease(key.clone(), lease),
+            ],
             success: vec![
                 RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone())),
                 RequestOp::DeleteRange(DeleteRangeRequest::key(self.record_key(session_id))),
             ],
             failure: vec![],
         };
-        let released = match c.txn(&req) {
+        let released = match c.retry(|c| c.txn(&req)) {
             Ok(r) if r.succeeded => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true
@@ -590,7 +611,7 @@ impl Claim for EtcdSemaphore {
         };
         // The last one out removes the limit, so that later users may choose another.
         let contenders = contenders_of(&self.prefix);
-        let _ = c.txn(&TxnRequest {
+        let last_out = TxnRequest {
             compare: vec![Compare {
                 range_end: prefix_range_end(contenders.as_bytes()),
                 ..Compare::create_revision(contenders.clone(), CompareResult::Equal, 0)
@@ -599,7 +620,8 @@ impl Claim for EtcdSemaphore {
                 self.limit_key(),
             ))],
             failure: vec![],
-        });
+        };
+        let _ = c.retry(|c| c.txn(&last_out));
         released
     }
 

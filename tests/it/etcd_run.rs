@@ -1291,7 +1291,7 @@ fn a_ttl_over_five_minutes_warns_about_lease_checkpoints() {
 /// A TCP proxy to `upstream` (`host:port`) that answers a request whose first bytes
 /// `fail` picks with etcd's "no leader" (HTTP 503, gRPC Unavailable) and closes that
 /// connection, as a member does during an election; the rest it forwards.
-fn proxy_answering_503(
+pub(crate) fn proxy_answering_503(
     upstream: String,
     fail: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
 ) -> String {

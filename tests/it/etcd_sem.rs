@@ -10,7 +10,7 @@ use conlock::claim::etcd_semaphore::{limit_key_of, records_of};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
-use crate::etcd_harness::Etcd;
+use crate::etcd_harness::{Etcd, EtcdOptions};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop, BIN,
@@ -621,4 +621,215 @@ fn review_a_semaphore_under_a_lock_name_leaves_nothing_under_the_locks_prefix() 
             .unwrap(),
     );
     assert_eq!(wait_exit(&mut l.0, LONG).code(), Some(0));
+}
+
+/// The holder's release meets 2 s of "no leader" answers (an election): it is tried
+/// again until etcd serves it, so the waiter starts at once. A release that is lost
+/// leaves the slot record, and the waiter keeps the 10 s cushion after the revoke.
+#[test]
+fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let electing = Arc::new(AtomicBool::new(false));
+    let window: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let failed = Arc::new(AtomicBool::new(false));
+    let (e2, w2, f2) = (electing.clone(), window.clone(), failed.clone());
+    let proxy = crate::etcd_run::proxy_answering_503(upstream, move |req| {
+        let write = [&b"/v3/kv/txn"[..], b"/v3/lease/revoke"]
+            .iter()
+            .any(|p| req.windows(p.len()).any(|w| w == *p));
+        if !write || !e2.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut w = w2.lock().unwrap();
+        let until = *w.get_or_insert_with(|| Instant::now() + Duration::from_secs(2));
+        let fail = Instant::now() < until;
+        f2.fetch_or(fail, Ordering::SeqCst);
+        fail
+    });
+    let prefix = unique_name("release-election");
+    let dir = scratch("etcd-sem-release-election");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let timings = ["--ttl", "10s", "--lock-delay", "10s"];
+    let mut a = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
+            .args(with_timings(&timings))
+            .args(["--", "sh", "-c", &heartbeat_job(&log, &go)])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &timings,
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 2);
+    electing.store(true, Ordering::SeqCst);
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut a.0, LONG);
+    let mut aerr = String::new();
+    std::io::Read::read_to_string(a.0.stderr.as_mut().unwrap(), &mut aerr).unwrap();
+    assert_eq!(st.code(), Some(0), "holder: {aerr}");
+    assert!(
+        failed.load(Ordering::SeqCst),
+        "no release met the election: {aerr}"
+    );
+    assert_eq!(wait_exit(&mut b.0, LONG).code(), Some(0));
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let gap = Duration::from_nanos((sp[1].1 - sp[0].2) as u64);
+    assert!(
+        gap < Duration::from_secs(7),
+        "the next holder started {gap:?} after the holder's end (revoke + cushion: 12s): {aerr}"
+    );
+}
+
+/// A key named after conlock's lease but written by someone else (here with no lease)
+/// is not adopted: conlock takes a new lease (and so a new key) instead. The foreign
+/// keys cover the next lease IDs of a private member (etcd 3.4 hands them out from its
+/// request counter, as `etcd_run::a_key_named_after_our_lease_on_another_lease_is_not_adopted`
+/// explains); created in one txn, they are all older than conlock's own key, so with
+/// limit 1 a conlock that does not adopt one waits behind them until its --timeout.
+#[test]
+fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
+    let Some(etcd) = Etcd::start("sem-foreign", &EtcdOptions::fast()) else {
+        return;
+    };
+    let c = etcd.client(T);
+    let prefix = unique_name("foreign");
+    let base = c.lease_grant(60).unwrap().id;
+    let success: Vec<RequestOp> = (2..40)
+        .map(|i| RequestOp::Put(PutRequest::new(format!("{prefix}/{:x}", base + i), "")))
+        .collect();
+    let r = c
+        .txn(&TxnRequest {
+            compare: vec![],
+            success,
+            failure: vec![],
+        })
+        .unwrap();
+    assert!(r.succeeded);
+    let dir = scratch("etcd-sem-foreign");
+    let ran = dir.join("ran");
+    let h = run_sem(
+        &etcd,
+        &prefix,
+        1,
+        &["--timeout", "2s"],
+        &format!("touch {}", ran.display()),
+    );
+    let out = h.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!ran.exists(), "ran holding a foreign key: {err}");
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains("exists on lease 0, not on ours"),
+        "conlock's lease was not in the range the test covered: {err}"
+    );
+}
+
+/// A TCP proxy to `upstream` (`host:port`) that forwards everything but a watch's
+/// events: once a watch's "created" answer has passed, the rest of that connection's
+/// answers are dropped (it stays open), as a watch on a member that froze goes silent.
+fn proxy_with_silent_watches(upstream: String) -> String {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            let watch = Arc::new(AtomicBool::new(false));
+            let watch2 = watch.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[..n].windows(9).any(|w| w == b"/v3/watch") {
+                        watch.store(true, Ordering::SeqCst);
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                let mut created = false;
+                while let Ok(n) = up2.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if created && watch2.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    created = buf[..n].windows(9).any(|w| w == b"\"created\"");
+                    if down2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ep
+}
+
+/// A waiter whose watch stays silent (a frozen member) looks again after 3 s of
+/// silence, so it holds within seconds of the holder's release, not after 30 s.
+#[test]
+fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = proxy_with_silent_watches(upstream);
+    let prefix = unique_name("silent-watch");
+    let dir = scratch("etcd-sem-silent-watch");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut a = KillOnDrop(run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go)));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let mut b = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
+            .args(with_timings(&[]))
+            .args(["--", "sh", "-c", &logged_job(&log, "true")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_keys(&c, &prefix, 2);
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_exit(&mut a.0, LONG).code(), Some(0));
+    let st = wait_exit(&mut b.0, LONG);
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(0), "waiter: {berr}");
+    let sp = spans(&read(&log));
+    assert_eq!(sp.len(), 2, "{sp:?}");
+    assert!(sp[0].2 < sp[1].1, "overlap: {sp:?}");
+    let gap = Duration::from_nanos((sp[1].1 - sp[0].2) as u64);
+    assert!(
+        gap < Duration::from_secs(15),
+        "the waiter started {gap:?} after the holder's end (a silent watch read: 30 s): {berr}"
+    );
+    eprintln!("the waiter started {gap:?} after the holder's end, its watch silent");
 }
