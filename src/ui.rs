@@ -128,23 +128,20 @@ impl Queue {
         // Where the thread takes `write` from: if it cannot start, it is still there.
         let slot = Arc::new(Mutex::new(Some(write)));
         let theirs = slot.clone();
-        let spawned = std::thread::Builder::new()
-            .name(self.name.clone())
-            .spawn(move || {
-                let Some(mut write) = theirs.lock().unwrap_or_else(|p| p.into_inner()).take()
-                else {
-                    return;
-                };
-                let mut open = true;
-                for chunk in rx {
-                    if open {
-                        open = write(&chunk);
-                    }
-                    let (n, written) = &*count;
-                    *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-                    written.notify_all();
+        let spawned = spawn_quiet(&self.name, move || {
+            let Some(mut write) = theirs.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+                return;
+            };
+            let mut open = true;
+            for chunk in rx {
+                if open {
+                    open = write(&chunk);
                 }
-            });
+                let (n, written) = &*count;
+                *n.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                written.notify_all();
+            }
+        });
         match spawned {
             Ok(_) => Ok(tx),
             Err(_) => Err(slot
@@ -237,6 +234,36 @@ pub fn out(text: impl AsRef<[u8]>) -> Result<(), StdoutError> {
         .write_all(text.as_ref())
         .and_then(|()| stdout.flush())
         .map_err(StdoutError)
+}
+
+/// Starts a helper thread that takes no asynchronous signal, whatever the caller's mask.
+/// A hold's signal thread must get every SIGCHLD: a thread that does not block it takes
+/// it and discards it (its default action), and the command's end is never seen. The
+/// mask is inherited at creation, so it is blocked around the spawn: no window.
+pub fn spawn_quiet<F>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    // SAFETY: sigset_t is plain data; the calls only read and write the masks given.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        // Faults stay deliverable: blocking them would not stop them, only confuse them.
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut all, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        spawned
+    }
 }
 
 static WRITER: Mutex<Option<Arc<Queue>>> = Mutex::new(None);
@@ -429,6 +456,43 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The signal mask of this process's thread named `name`, from /proc.
+    fn blocked_of_thread(name: &str) -> Option<u64> {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() != name {
+                continue;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("SigBlk:"))?;
+            return u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).ok();
+        }
+        None
+    }
+
+    /// A writer thread started by a thread that blocks nothing (the etcd version look,
+    /// started before the hold blocks its signals) still takes no SIGCHLD: one it took
+    /// would be discarded, and the hold would never see its command end.
+    #[test]
+    fn a_writer_started_from_an_unmasked_thread_blocks_sigchld() {
+        let q = Arc::new(Queue::new("quiet-test", libc::STDERR_FILENO, |_| true));
+        let theirs = q.clone();
+        std::thread::spawn(move || {
+            unsafe {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            }
+            theirs.send(b"".to_vec());
+        })
+        .join()
+        .unwrap();
+        let mask = blocked_of_thread("quiet-test").expect("the writer thread is running");
+        let bit = 1u64 << (libc::SIGCHLD - 1);
+        assert_ne!(mask & bit, 0, "SIGCHLD is not blocked: SigBlk {mask:016x}");
+        drop(q);
+    }
 
     /// At exit, kept messages go to a pipe nobody reads: what fits is written, then the
     /// write gives up instead of blocking for good (a poll for room, then one big write,

@@ -361,12 +361,9 @@ impl Store {
                 }
             }
         };
-        ServerCheck(
-            std::thread::Builder::new()
-                .name("version".into())
-                .spawn(look)
-                .ok(),
-        )
+        // Started before the hold blocks its signals: it must take none (and neither must
+        // the stderr writer it may start by warning).
+        ServerCheck(crate::ui::spawn_quiet("version", look).ok())
     }
 }
 
