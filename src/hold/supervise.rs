@@ -369,7 +369,7 @@ impl Child {
 
 /// Why a claim counts as lost when its deadline passed (see `Session::deadline`).
 pub const DEADLINE_PASSED: &str =
-    "the claim could not be confirmed in time (Consul unreachable or not answering)";
+    "the claim could not be confirmed in time (the store did not answer, or conlock could not run)";
 
 /// The one place a loss is announced, after the command was signalled (printing may
 /// block): the message and the `lost` event. `then` says what conlock does about it.
