@@ -39,6 +39,10 @@ pub(super) const WATCH_READ: Duration = Duration::from_secs(30);
 const WAITER_READ: Duration = Duration::from_secs(3);
 /// Pause after a failure that may pass, while waiting.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+/// How long a waiter that gave up may spend taking back a take-over (or slot write)
+/// whose answer did not come by `--timeout`: no command ran under it, and left alone it
+/// would cost conlock waiters its cushion.
+pub(super) const UNCERTAIN_CLEANUP: Duration = Duration::from_secs(1);
 
 /// The holder record (`NAME.conlock`): who last held the lock through conlock, and
 /// whether it let go itself.
@@ -67,6 +71,8 @@ pub struct EtcdLock {
     /// The holder record we wrote when we acquired, and its mod revision: release
     /// marks it released without reading it again (one round trip less per run).
     written: std::sync::Mutex<Option<(HolderRecord, i64)>>,
+    /// A record take-over was sent while waiting: it may have landed.
+    maybe_took: std::sync::atomic::AtomicBool,
 }
 
 impl EtcdLock {
@@ -78,6 +84,7 @@ impl EtcdLock {
             held_rev: AtomicI64::new(0),
             lock_rev: AtomicI64::new(0),
             written: std::sync::Mutex::new(None),
+            maybe_took: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -421,6 +428,9 @@ impl EtcdLock {
                 ))],
                 failure: vec![],
             };
+            // Until we hold, any take-over sent may have landed (an answer that timed out
+            // may still be applied): a waiter that gives up takes it back.
+            self.maybe_took.store(true, Ordering::SeqCst);
             match while_waiting(c.txn(&req), deadline)? {
                 Waited::Got(r) if r.succeeded => {
                     // The txn's only put: the record's mod revision is its revision.
@@ -586,7 +596,18 @@ impl Claim for EtcdLock {
             }
             match self.turn(c, session, &sid, (my_rev, first_at), deadline, wait)? {
                 Turn::Held(h) => return Ok(Some(h)),
-                Turn::Busy => return Ok(None),
+                Turn::Busy => {
+                    if self.maybe_took.swap(false, Ordering::SeqCst) {
+                        // The take-over may have landed: mark it released (no command
+                        // ran), so that conlock waiters keep no cushion for it.
+                        let bounded = store.with_deadline(
+                            Instant::now() + UNCERTAIN_CLEANUP,
+                            "taking back an unanswered take-over is bounded to 1s",
+                        );
+                        self.release(&bounded, &sid);
+                    }
+                    return Ok(None);
+                }
                 Turn::KeyGone => {
                     // Never hold with a key that is gone (etcdctl 3.4 does: #11456): a new
                     // lease and a new key, at the end of the line.

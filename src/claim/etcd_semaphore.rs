@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
     confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
-    Waited,
+    Waited, UNCERTAIN_CLEANUP,
 };
 use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
@@ -49,6 +49,8 @@ pub struct EtcdSemaphore {
     my_rev: AtomicI64,
     /// The revision to watch our key from (the acquisition's).
     held_rev: AtomicI64,
+    /// A slot write was sent while waiting: it may have landed.
+    maybe_took: AtomicBool,
 }
 
 /// The contender keys' prefix of semaphore `prefix`: `P/`.
@@ -106,6 +108,7 @@ impl EtcdSemaphore {
             value,
             my_rev: AtomicI64::new(0),
             held_rev: AtomicI64::new(0),
+            maybe_took: AtomicBool::new(false),
         }
     }
 
@@ -381,6 +384,11 @@ impl EtcdSemaphore {
                     success,
                     failure: vec![],
                 };
+                // Until we hold, any slot write sent may have landed (an answer that timed
+                // out may still be applied): a waiter that gives up gives it back.
+                if take {
+                    self.maybe_took.store(true, Ordering::SeqCst);
+                }
                 match while_waiting(c.txn(&req), deadline)? {
                     Waited::Got(r) if r.succeeded && take => {
                         return Ok(Some(Some(self.held(my_rev, r.header.revision, sent))))
@@ -516,7 +524,18 @@ impl Claim for EtcdSemaphore {
             };
             match self.turn(c, session, &sid, my_rev, deadline, wait)? {
                 Some(Some(h)) => return Ok(Some(h)),
-                None => return Ok(None),
+                None => {
+                    if self.maybe_took.swap(false, Ordering::SeqCst) {
+                        // The slot write may have landed: give the slot back now (no
+                        // command ran), not after its cushion.
+                        let bounded = store.with_deadline(
+                            Instant::now() + UNCERTAIN_CLEANUP,
+                            "taking back an unanswered slot write is bounded to 1s",
+                        );
+                        self.release(&bounded, &sid);
+                    }
+                    return Ok(None);
+                }
                 Some(None) => {
                     ui::notice(format_args!(
                         "our key {} is gone while waiting (lease expired or revoked, or the key deleted); queueing again with a new lease",

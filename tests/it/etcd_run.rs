@@ -1174,6 +1174,109 @@ fn proxy_with_hook(
     ep
 }
 
+/// How a txn that puts a key starting with `key` begins on the wire (`key` a multiple
+/// of 3 bytes long, or whole: its base64 is then a prefix of the full key's).
+pub(crate) fn put_pattern(key: &str) -> Vec<u8> {
+    let op = RequestOp::Put(PutRequest::new(key.to_string(), vec![]));
+    let json = serde_json::to_string(&op).unwrap();
+    let end = json.find("\",").expect("the key comes first");
+    json[..end].trim_end_matches('=').as_bytes().to_vec()
+}
+
+/// A TCP proxy to `upstream` (`host:port`) that forwards everything, but a request that
+/// contains `pattern` reaches etcd while its answer never comes back (that connection
+/// goes silent), as when a member applies a write and then stops answering.
+pub(crate) fn proxy_muting(upstream: String, pattern: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    let pattern = Arc::new(pattern);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            let silent = Arc::new(AtomicBool::new(false));
+            let (pattern, silent2) = (pattern.clone(), silent.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if buf[..n].windows(pattern.len()).any(|w| w == &pattern[..]) {
+                        silent.store(true, Ordering::SeqCst);
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = up2.read(&mut buf) {
+                    if n == 0
+                        || (!silent2.load(Ordering::SeqCst) && down2.write_all(&buf[..n]).is_err())
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    ep
+}
+
+/// A record take-over reaches etcd but its answer does not come by `--timeout` (2.5 s,
+/// under the 3 s request timeout): the run gives up (exit 75) and takes it back, so the
+/// next conlock run starts at once. Left alone, the record would name the run as a holder
+/// that never let go, and every conlock waiter would keep its 30 s cushion for a command
+/// that never ran.
+#[test]
+fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("unanswered");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = proxy_muting(upstream, put_pattern(&record_key));
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "--timeout", "2500ms", "-q"],
+        "true",
+    ));
+    let st = wait_exit(&mut w.0, LONG);
+    assert_eq!(st.code(), Some(75));
+    // The take-over did land: the record names the run's key.
+    let record = c.range(&RangeRequest::key(record_key.clone())).unwrap().kvs;
+    assert!(
+        !record.is_empty(),
+        "the take-over did not land, the test shows nothing"
+    );
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
 /// etcd compacts its history past the revision a waiter's look read, before the
 /// waiter's watch of its predecessor opens: the waiter looks again (it does not end
 /// with an error), and holds after the holder lets go.

@@ -833,3 +833,75 @@ fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
     );
     eprintln!("the waiter started {gap:?} after the holder's end, its watch silent");
 }
+
+/// A slot write reaches etcd but its answer does not come by `--timeout` (2.5 s, under
+/// the 3 s request timeout): the run gives up (exit 75) and gives the slot back, so the
+/// next run starts at once. Left alone, the record would be a vanished holder's, and
+/// every waiter would keep its 30 s cushion for a command that never ran.
+#[test]
+fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    // A prefix whose records' prefix is a multiple of 3 bytes: its base64 starts the
+    // slot record's.
+    let mut prefix = unique_name("unanswered");
+    while records_of(&prefix).len() % 3 != 0 {
+        prefix.push('x');
+    }
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy =
+        crate::etcd_run::proxy_muting(upstream, crate::etcd_run::put_pattern(&records_of(&prefix)));
+    let from = c.range(&RangeRequest::key("x")).unwrap().header.revision;
+    let mut w = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "1", "-q"])
+            .args(with_timings(&[
+                "--lock-delay",
+                "30s",
+                "--timeout",
+                "2500ms",
+            ]))
+            .args(["--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(75));
+    // The slot write did land: at some revision since, a slot record existed.
+    let to = c.range(&RangeRequest::key("x")).unwrap().header.revision;
+    let landed = (from..=to).any(|rev| {
+        let mut r = RangeRequest::prefix(records_of(&prefix));
+        r.revision = rev;
+        !c.range(&r).unwrap().kvs.is_empty()
+    });
+    assert!(
+        landed,
+        "the slot write did not land, the test shows nothing"
+    );
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args([
+            "sem",
+            "--prefix",
+            &prefix,
+            "--limit",
+            "1",
+            "--timeout",
+            "20s",
+        ])
+        .args(with_timings(&[]))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
