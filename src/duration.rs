@@ -18,9 +18,24 @@ pub fn format(d: Duration) -> String {
     gostd::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// As `format`, to the nearest millisecond: for messages, where a computed
+/// 3.333333333s says nothing 3.333s does not.
+pub fn format_ms(d: Duration) -> String {
+    let ms = (d.as_nanos() + 500_000) / 1_000_000;
+    format(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_to_the_nearest_millisecond() {
+        assert_eq!(format_ms(Duration::from_secs(10) / 3), "3.333s");
+        assert_eq!(format_ms(Duration::from_secs(10) / 3 * 3 / 2), "5s");
+        assert_eq!(format_ms(Duration::from_micros(750_400)), "750ms");
+        assert_eq!(format_ms(Duration::ZERO), "0s");
+    }
 
     #[test]
     fn parses_go_durations() {

@@ -102,7 +102,7 @@ impl SessionSpec {
 
     /// Refuses timings that cannot keep the command dead before another holder starts.
     pub fn check_timing(&self) -> Result<(), String> {
-        let f = crate::duration::format;
+        let f = crate::duration::format_ms;
         if self.window() >= MIN_WINDOW {
             // Where an expiry frees the claim at once, after a renewal the command may
             // run TTL - kill-grace - margin: one and a half renewal intervals must fit,

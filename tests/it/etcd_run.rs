@@ -661,7 +661,7 @@ fn bad_flag_combinations_are_refused_before_any_request() {
         ),
         (
             vec!["run", "--backend", "etcd", "--ttl", "10s", "--key", "k"],
-            "half the TTL",
+            "renews every 3.333s, and one and a half renewal intervals (5s) must fit",
         ),
         (
             vec!["run", "--backend", "etcd", "--ttl", "1s", "--key", "k"],
