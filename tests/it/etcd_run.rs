@@ -10,7 +10,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
-use crate::etcd_harness::{etcdctl_bin, Etcd, EtcdCluster, EtcdOptions};
+use crate::etcd_harness::{
+    contains, etcdctl_bin, fault_proxy, proxy_answering_503, proxy_with_hook, Etcd, EtcdCluster,
+    EtcdOptions, Fault,
+};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop, BIN,
@@ -1127,53 +1130,6 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     );
 }
 
-/// A TCP proxy to `upstream` (`host:port`) that runs `hook` once, before it forwards
-/// the first request whose bytes contain `path`. Returns its endpoint.
-fn proxy_with_hook(
-    upstream: String,
-    path: &'static [u8],
-    hook: impl FnOnce() + Send + 'static,
-) -> String {
-    use std::io::{Read, Write};
-    use std::sync::{Arc, Mutex};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ep = format!("http://{}", listener.local_addr().unwrap());
-    type Hook = Option<Box<dyn FnOnce() + Send>>;
-    let hook: Arc<Mutex<Hook>> = Arc::new(Mutex::new(Some(Box::new(hook))));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut down) = conn else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            let hook = hook.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = down.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if buf[..n].windows(path.len()).any(|w| w == path) {
-                        if let Some(f) = hook.lock().unwrap().take() {
-                            f();
-                        }
-                    }
-                    if up.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = up.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up2, &mut down2);
-                let _ = down2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    ep
-}
-
 /// How a txn that puts a key starting with `key` begins on the wire (`key` a multiple
 /// of 3 bytes long, or whole: its base64 is then a prefix of the full key's).
 pub(crate) fn put_pattern(key: &str) -> Vec<u8> {
@@ -1181,54 +1137,6 @@ pub(crate) fn put_pattern(key: &str) -> Vec<u8> {
     let json = serde_json::to_string(&op).unwrap();
     let end = json.find("\",").expect("the key comes first");
     json[..end].trim_end_matches('=').as_bytes().to_vec()
-}
-
-/// A TCP proxy to `upstream` (`host:port`) that forwards everything, but a request that
-/// contains `pattern` reaches etcd while its answer never comes back (that connection
-/// goes silent), as when a member applies a write and then stops answering.
-pub(crate) fn proxy_muting(upstream: String, pattern: Vec<u8>) -> String {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ep = format!("http://{}", listener.local_addr().unwrap());
-    let pattern = Arc::new(pattern);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut down) = conn else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            let silent = Arc::new(AtomicBool::new(false));
-            let (pattern, silent2) = (pattern.clone(), silent.clone());
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = down.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if buf[..n].windows(pattern.len()).any(|w| w == &pattern[..]) {
-                        silent.store(true, Ordering::SeqCst);
-                    }
-                    if up.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = up2.read(&mut buf) {
-                    if n == 0
-                        || (!silent2.load(Ordering::SeqCst) && down2.write_all(&buf[..n]).is_err())
-                    {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    ep
 }
 
 /// A record take-over reaches etcd but its answer does not come by `--timeout` (2.5 s,
@@ -1243,7 +1151,14 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     let name = unique_name("unanswered");
     let record_key = conlock::claim::etcd_lock::record_key(&name);
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let proxy = proxy_muting(upstream, put_pattern(&record_key));
+    let pattern = put_pattern(&record_key);
+    let proxy = fault_proxy(upstream, move |req| {
+        if contains(req, &pattern) {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
     let mut w = KillOnDrop(run_lock_at(
         &proxy,
         &name,
@@ -1389,57 +1304,6 @@ fn a_ttl_over_five_minutes_warns_about_lease_checkpoints() {
             "{ttl}: {err}"
         );
     }
-}
-
-/// A TCP proxy to `upstream` (`host:port`) that answers a request whose first bytes
-/// `fail` picks with etcd's "no leader" (HTTP 503, gRPC Unavailable) and closes that
-/// connection, as a member does during an election; the rest it forwards.
-pub(crate) fn proxy_answering_503(
-    upstream: String,
-    fail: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
-) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ep = format!("http://{}", listener.local_addr().unwrap());
-    let fail = std::sync::Arc::new(fail);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut down) = conn else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            let fail = fail.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = down.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if fail(&buf[..n]) {
-                        let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
-                        let _ = up.shutdown(std::net::Shutdown::Both);
-                        let _ = write!(
-                            down,
-                            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = down.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
-                    if up.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = up.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up2, &mut down2);
-                let _ = down2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    ep
 }
 
 /// The holder's release meets 2 s of "no leader" answers (an election): it is tried

@@ -10,7 +10,7 @@ use conlock::claim::etcd_semaphore::{limit_key_of, records_of};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
-use crate::etcd_harness::{Etcd, EtcdOptions};
+use crate::etcd_harness::{contains, fault_proxy, proxy_answering_503, Etcd, EtcdOptions, Fault};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop, BIN,
@@ -637,7 +637,7 @@ fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() 
     let window: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let failed = Arc::new(AtomicBool::new(false));
     let (e2, w2, f2) = (electing.clone(), window.clone(), failed.clone());
-    let proxy = crate::etcd_run::proxy_answering_503(upstream, move |req| {
+    let proxy = proxy_answering_503(upstream, move |req| {
         let write = [&b"/v3/kv/txn"[..], b"/v3/lease/revoke"]
             .iter()
             .any(|p| req.windows(p.len()).any(|w| w == *p));
@@ -738,61 +738,6 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     );
 }
 
-/// A TCP proxy to `upstream` (`host:port`) that forwards everything but a watch's
-/// events: once a watch's "created" answer has passed, the rest of that connection's
-/// answers are dropped (it stays open), as a watch on a member that froze goes silent.
-fn proxy_with_silent_watches(upstream: String) -> String {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ep = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut down) = conn else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            let watch = Arc::new(AtomicBool::new(false));
-            let watch2 = watch.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = down.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if buf[..n].windows(9).any(|w| w == b"/v3/watch") {
-                        watch.store(true, Ordering::SeqCst);
-                    }
-                    if up.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = up.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                let mut created = false;
-                while let Ok(n) = up2.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if created && watch2.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    created = buf[..n].windows(9).any(|w| w == b"\"created\"");
-                    if down2.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = down2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    ep
-}
-
 /// A waiter whose watch stays silent (a frozen member) looks again after 3 s of
 /// silence, so it holds within seconds of the holder's release, not after 30 s.
 #[test]
@@ -800,7 +745,13 @@ fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
     let Some(etcd) = Etcd::shared() else { return };
     let c = etcd.client(T);
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let proxy = proxy_with_silent_watches(upstream);
+    let proxy = fault_proxy(upstream, |req| {
+        if contains(req, b"/v3/watch") {
+            Fault::MuteAfterCreated
+        } else {
+            Fault::Forward
+        }
+    });
     let prefix = unique_name("silent-watch");
     let dir = scratch("etcd-sem-silent-watch");
     let (log, go) = (dir.join("log"), dir.join("go"));
@@ -849,8 +800,14 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
         prefix.push('x');
     }
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let proxy =
-        crate::etcd_run::proxy_muting(upstream, crate::etcd_run::put_pattern(&records_of(&prefix)));
+    let pattern = crate::etcd_run::put_pattern(&records_of(&prefix));
+    let proxy = fault_proxy(upstream, move |req| {
+        if contains(req, &pattern) {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
     let from = c.range(&RangeRequest::key("x")).unwrap().header.revision;
     let mut w = KillOnDrop(
         conlock_etcd(etcd)
