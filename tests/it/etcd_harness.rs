@@ -12,9 +12,12 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use conlock::etcd::types::{KeyValue, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use conlock::etcd::{EtcdClient, EtcdConfig, EtcdFlags};
+
+use crate::harness::BIN;
 
 /// The variable that names the etcd binary.
 pub const ENV: &str = "CONLOCK_ETCD_BIN";
@@ -733,4 +736,128 @@ pub fn proxy_with_hook(
         }
         Fault::Forward
     })
+}
+
+// Shared by the lock, semaphore and operator-command tests.
+
+/// Short timings that pass conlock's checks: 3 s TTL (renewed every 1 s), 2 s cushion,
+/// 0.5 s grace, 0.2 s margin.
+pub const FAST: [&str; 6] = ["--ttl", "3s", "--lock-delay", "2s", "--kill-grace", "500ms"];
+
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// `FAST` with the timings `extra` gives replaced, then the rest of `extra`.
+pub fn with_timings(extra: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for pair in FAST.chunks(2) {
+        let over = extra.iter().position(|a| *a == pair[0]);
+        let value = over.map_or(pair[1], |i| extra[i + 1]);
+        out.extend([pair[0].to_string(), value.to_string()]);
+    }
+    let mut i = 0;
+    while i < extra.len() {
+        if FAST.contains(&extra[i]) && extra[i].starts_with("--") {
+            i += 2;
+            continue;
+        }
+        out.push(extra[i].to_string());
+        i += 1;
+    }
+    out
+}
+
+/// A job that writes `S`, then `A <ns>` every 50 ms while `go` does not exist, then `E`.
+/// A job killed from outside leaves its last `A` as its end.
+pub fn heartbeat_job(log: &Path, go: &Path) -> String {
+    let l = log.display();
+    format!(
+        "id=$$; echo \"S $id $(date +%s%N)\" >> {l}; while [ ! -e {go} ]; do echo \"A $id $(date +%s%N)\" >> {l}; sleep 0.05; done; echo \"E $id $(date +%s%N)\" >> {l}",
+        go = go.display()
+    )
+}
+
+/// Per job id: (first timestamp, last timestamp), in order of start.
+pub fn spans(log: &str) -> Vec<(String, u128, u128)> {
+    let mut out: Vec<(String, u128, u128)> = Vec::new();
+    for line in log.lines() {
+        let p: Vec<&str> = line.split_whitespace().collect();
+        if p.len() != 3 {
+            continue;
+        }
+        let t: u128 = p[2].parse().unwrap();
+        match out.iter_mut().find(|(id, _, _)| id == p[1]) {
+            Some(e) => e.2 = e.2.max(t),
+            None => out.push((p[1].to_string(), t, t)),
+        }
+    }
+    out.sort_by_key(|e| e.1);
+    out
+}
+
+pub fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
+    c.range(&RangeRequest::prefix(prefix)).unwrap().kvs
+}
+
+/// conlock with the etcd backend chosen through the environment (CONLOCK_BACKEND,
+/// ETCDCTL_ENDPOINTS), nothing else inherited that could steer it.
+pub fn conlock_etcd(etcd: &Etcd) -> Command {
+    conlock_etcd_at(&etcd.endpoint())
+}
+
+/// [`conlock_etcd`] for a comma-separated list of endpoints.
+pub fn conlock_etcd_at(endpoints: &str) -> Command {
+    let mut c = Command::new(BIN.path());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("CONLOCK_BACKEND", "etcd");
+    c.env("ETCDCTL_ENDPOINTS", endpoints);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// How a txn that puts a key starting with `key` begins on the wire (`key` a multiple
+/// of 3 bytes long, or whole: its base64 is then a prefix of the full key's).
+pub fn put_pattern(key: &str) -> Vec<u8> {
+    let op = RequestOp::Put(PutRequest::new(key.to_string(), vec![]));
+    let json = serde_json::to_string(&op).unwrap();
+    let end = json.find("\",").expect("the key comes first");
+    json[..end].trim_end_matches('=').as_bytes().to_vec()
+}
+
+/// Keys `P/<hex>` with no lease, named after the next lease IDs a private member grants
+/// (it hands them out from its request counter), all created in one txn: older than any
+/// key conlock makes next.
+pub fn put_foreign_keys(c: &EtcdClient, prefix: &str) {
+    let base = c.lease_grant(60).unwrap().id;
+    let success: Vec<RequestOp> = (2..40)
+        .map(|i| RequestOp::Put(PutRequest::new(format!("{prefix}/{:x}", base + i), "")))
+        .collect();
+    let r = c
+        .txn(&TxnRequest {
+            compare: vec![],
+            success,
+            failure: vec![],
+        })
+        .unwrap();
+    assert!(r.succeeded);
+}
+
+/// A run among [`put_foreign_keys`] ended as one that adopted none: it waited behind them
+/// until its --timeout (exit 75), its command never ran, and its lease was in the range.
+pub fn assert_not_adopted(out: &std::process::Output, ran: &Path) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!ran.exists(), "ran holding a foreign key: {err}");
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains("exists on lease 0, not on ours"),
+        "conlock's lease was not in the range the test covered: {err}"
+    );
 }

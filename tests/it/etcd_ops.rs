@@ -5,10 +5,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::etcd_harness::{etcdctl_bin, Etcd};
-use crate::etcd_sem::{
-    conlock_etcd, heartbeat_job, keys_under, now_ns, run_sem, spans, unique_name, wait_keys,
+use crate::etcd_harness::{
+    conlock_etcd, etcdctl_bin, heartbeat_job, keys_under, now_ns, spans, Etcd,
 };
+use crate::etcd_sem::{run_sem, unique_name, wait_keys};
 use crate::harness::{logged_job, read, scratch, until_exists, wait_exit, wait_for, KillOnDrop};
 use crate::schema::assert_status_valid;
 use conlock::claim::etcd_semaphore::records_of;

@@ -5,14 +5,15 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    contains, etcdctl_bin, fault_proxy, proxy_answering_503, proxy_with_hook, Etcd, EtcdCluster,
-    EtcdOptions, Fault,
+    assert_not_adopted, conlock_etcd, conlock_etcd_at, contains, etcdctl_bin, fault_proxy,
+    heartbeat_job, keys_under, now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys,
+    put_pattern, spans, with_timings, Etcd, EtcdCluster, EtcdOptions, Fault, FAST,
 };
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
@@ -22,10 +23,6 @@ use crate::harness::{
 const LONG: Duration = Duration::from_secs(60);
 const T: Duration = Duration::from_secs(5);
 
-/// Short timings that pass conlock's checks: 3 s TTL (renewed every 1 s), 2 s cushion,
-/// 0.5 s grace, 0.2 s margin.
-const FAST: [&str; 6] = ["--ttl", "3s", "--lock-delay", "2s", "--kill-grace", "500ms"];
-
 fn unique_name(what: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
@@ -34,53 +31,6 @@ fn unique_name(what: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// conlock with the etcd backend chosen through the environment (CONLOCK_BACKEND,
-/// ETCDCTL_ENDPOINTS), nothing else inherited that could steer it.
-fn conlock_etcd(etcd: &Etcd) -> Command {
-    conlock_etcd_at(&etcd.endpoint())
-}
-
-/// [`conlock_etcd`] for a comma-separated list of endpoints.
-fn conlock_etcd_at(endpoints: &str) -> Command {
-    let mut c = Command::new(BIN.path());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("CONLOCK_BACKEND", "etcd");
-    c.env("ETCDCTL_ENDPOINTS", endpoints);
-    c.stdin(Stdio::null());
-    c
-}
-
-/// `FAST` with the timings `extra` gives replaced, then the rest of `extra`.
-fn with_timings(extra: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for pair in FAST.chunks(2) {
-        let over = extra.iter().position(|a| *a == pair[0]);
-        let value = over.map_or(pair[1], |i| extra[i + 1]);
-        out.extend([pair[0].to_string(), value.to_string()]);
-    }
-    let mut i = 0;
-    while i < extra.len() {
-        if FAST.contains(&extra[i]) && extra[i].starts_with("--") {
-            i += 2;
-            continue;
-        }
-        out.push(extra[i].to_string());
-        i += 1;
-    }
-    out
 }
 
 /// `conlock run --key NAME FAST... -- sh -c CMD`, started.
@@ -115,10 +65,6 @@ fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Child {
         .unwrap()
 }
 
-fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
-    c.range(&RangeRequest::prefix(prefix)).unwrap().kvs
-}
-
 /// Waits until `n` contender keys are under `NAME/`.
 fn wait_keys(c: &EtcdClient, name: &str, n: usize) {
     assert!(
@@ -126,34 +72,6 @@ fn wait_keys(c: &EtcdClient, name: &str, n: usize) {
         "never {n} keys under {name}/: {:?}",
         keys_under(c, &format!("{name}/"))
     );
-}
-
-/// A job that writes `S`, then `A <ns>` every 50 ms while `go` does not exist, then `E`.
-/// A job killed from outside leaves its last `A` as its end.
-fn heartbeat_job(log: &Path, go: &Path) -> String {
-    let l = log.display();
-    format!(
-        "id=$$; echo \"S $id $(date +%s%N)\" >> {l}; while [ ! -e {go} ]; do echo \"A $id $(date +%s%N)\" >> {l}; sleep 0.05; done; echo \"E $id $(date +%s%N)\" >> {l}",
-        go = go.display()
-    )
-}
-
-/// Per job id: (first `S`, last `S`/`A`/`E` timestamp): when it ran, as far as it said.
-fn spans(log: &str) -> Vec<(String, u128, u128)> {
-    let mut out: Vec<(String, u128, u128)> = Vec::new();
-    for line in log.lines() {
-        let p: Vec<&str> = line.split_whitespace().collect();
-        if p.len() != 3 {
-            continue;
-        }
-        let t: u128 = p[2].parse().unwrap();
-        match out.iter_mut().find(|(id, _, _)| id == p[1]) {
-            Some(e) => e.2 = e.2.max(t),
-            None => out.push((p[1].to_string(), t, t)),
-        }
-    }
-    out.sort_by_key(|e| e.1);
-    out
 }
 
 fn stderr_of(child: Child) -> String {
@@ -1100,18 +1018,7 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     };
     let c = etcd.client(T);
     let name = unique_name("foreign");
-    let base = c.lease_grant(60).unwrap().id;
-    let success: Vec<RequestOp> = (2..40)
-        .map(|i| RequestOp::Put(PutRequest::new(format!("{name}/{:x}", base + i), "")))
-        .collect();
-    let r = c
-        .txn(&TxnRequest {
-            compare: vec![],
-            success,
-            failure: vec![],
-        })
-        .unwrap();
-    assert!(r.succeeded);
+    put_foreign_keys(&c, &name);
     let dir = scratch("etcd-foreign");
     let ran = dir.join("ran");
     let h = run_lock(
@@ -1120,23 +1027,7 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
         &["--timeout", "2s"],
         &format!("touch {}", ran.display()),
     );
-    let out = h.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!ran.exists(), "ran holding a foreign key: {err}");
-    assert_eq!(out.status.code(), Some(75), "{err}");
-    assert!(
-        err.contains("exists on lease 0, not on ours"),
-        "conlock's lease was not in the range the test covered: {err}"
-    );
-}
-
-/// How a txn that puts a key starting with `key` begins on the wire (`key` a multiple
-/// of 3 bytes long, or whole: its base64 is then a prefix of the full key's).
-pub(crate) fn put_pattern(key: &str) -> Vec<u8> {
-    let op = RequestOp::Put(PutRequest::new(key.to_string(), vec![]));
-    let json = serde_json::to_string(&op).unwrap();
-    let end = json.find("\",").expect("the key comes first");
-    json[..end].trim_end_matches('=').as_bytes().to_vec()
+    assert_not_adopted(&h.wait_with_output().unwrap(), &ran);
 }
 
 /// A record take-over reaches etcd but its answer does not come by `--timeout` (2.5 s,

@@ -2,25 +2,25 @@
 //! more than the limit at once (judged from timestamps the children write), prompt
 //! hand-over, the limit compared, and the slot records' cushion after an involuntary end.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use conlock::claim::etcd_semaphore::{limit_key_of, records_of};
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
-use crate::etcd_harness::{contains, fault_proxy, proxy_answering_503, Etcd, EtcdOptions, Fault};
+use crate::etcd_harness::{
+    assert_not_adopted, conlock_etcd, contains, fault_proxy, heartbeat_job, keys_under, now_ns,
+    proxy_answering_503, put_foreign_keys, put_pattern, spans, with_timings, Etcd, EtcdOptions,
+    Fault, FAST,
+};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
-    KillOnDrop, BIN,
+    KillOnDrop,
 };
 
 const LONG: Duration = Duration::from_secs(60);
 const T: Duration = Duration::from_secs(5);
-
-/// Short timings that pass conlock's checks: 3 s TTL, 2 s cushion, 0.5 s grace.
-const FAST: [&str; 6] = ["--ttl", "3s", "--lock-delay", "2s", "--kill-grace", "500ms"];
 
 pub fn unique_name(what: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,48 +32,6 @@ pub fn unique_name(what: &str) -> String {
     )
 }
 
-pub fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// conlock with the etcd backend chosen through the environment, nothing else
-/// inherited that could steer it.
-pub fn conlock_etcd(etcd: &Etcd) -> Command {
-    let mut c = Command::new(BIN.path());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CONSUL_") || k.starts_with("CONLOCK_") || k.starts_with("ETCDCTL_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("CONLOCK_BACKEND", "etcd");
-    c.env("ETCDCTL_ENDPOINTS", etcd.endpoint());
-    c.stdin(Stdio::null());
-    c
-}
-
-/// `FAST` with the timings `extra` gives replaced, then the rest of `extra`.
-fn with_timings(extra: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for pair in FAST.chunks(2) {
-        let over = extra.iter().position(|a| *a == pair[0]);
-        let value = over.map_or(pair[1], |i| extra[i + 1]);
-        out.extend([pair[0].to_string(), value.to_string()]);
-    }
-    let mut i = 0;
-    while i < extra.len() {
-        if FAST.contains(&extra[i]) && extra[i].starts_with("--") {
-            i += 2;
-            continue;
-        }
-        out.push(extra[i].to_string());
-        i += 1;
-    }
-    out
-}
-
 /// `conlock sem --prefix P --limit N FAST... -- sh -c CMD`, started.
 pub fn run_sem(etcd: &Etcd, prefix: &str, limit: u32, extra: &[&str], cmd: &str) -> Child {
     conlock_etcd(etcd)
@@ -83,10 +41,6 @@ pub fn run_sem(etcd: &Etcd, prefix: &str, limit: u32, extra: &[&str], cmd: &str)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-pub fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
-    c.range(&RangeRequest::prefix(prefix)).unwrap().kvs
 }
 
 /// Waits until `n` contender keys are under `P/`.
@@ -103,34 +57,6 @@ fn contenders(c: &EtcdClient, prefix: &str) -> Vec<KeyValue> {
     let mut kvs = keys_under(c, &format!("{prefix}/"));
     kvs.sort_by_key(|kv| kv.create_revision);
     kvs
-}
-
-/// A job that writes `S`, then `A <ns>` every 50 ms while `go` does not exist, then `E`.
-/// A job killed from outside leaves its last `A` as its end.
-pub fn heartbeat_job(log: &Path, go: &Path) -> String {
-    let l = log.display();
-    format!(
-        "id=$$; echo \"S $id $(date +%s%N)\" >> {l}; while [ ! -e {go} ]; do echo \"A $id $(date +%s%N)\" >> {l}; sleep 0.05; done; echo \"E $id $(date +%s%N)\" >> {l}",
-        go = go.display()
-    )
-}
-
-/// Per job id: (first timestamp, last timestamp), in order of start.
-pub fn spans(log: &str) -> Vec<(String, u128, u128)> {
-    let mut out: Vec<(String, u128, u128)> = Vec::new();
-    for line in log.lines() {
-        let p: Vec<&str> = line.split_whitespace().collect();
-        if p.len() != 3 {
-            continue;
-        }
-        let t: u128 = p[2].parse().unwrap();
-        match out.iter_mut().find(|(id, _, _)| id == p[1]) {
-            Some(e) => e.2 = e.2.max(t),
-            None => out.push((p[1].to_string(), t, t)),
-        }
-    }
-    out.sort_by_key(|e| e.1);
-    out
 }
 
 /// The most jobs that ran at once, as far as they said (a killed job ends at its last
@@ -707,18 +633,7 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     };
     let c = etcd.client(T);
     let prefix = unique_name("foreign");
-    let base = c.lease_grant(60).unwrap().id;
-    let success: Vec<RequestOp> = (2..40)
-        .map(|i| RequestOp::Put(PutRequest::new(format!("{prefix}/{:x}", base + i), "")))
-        .collect();
-    let r = c
-        .txn(&TxnRequest {
-            compare: vec![],
-            success,
-            failure: vec![],
-        })
-        .unwrap();
-    assert!(r.succeeded);
+    put_foreign_keys(&c, &prefix);
     let dir = scratch("etcd-sem-foreign");
     let ran = dir.join("ran");
     let h = run_sem(
@@ -728,14 +643,7 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
         &["--timeout", "2s"],
         &format!("touch {}", ran.display()),
     );
-    let out = h.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!ran.exists(), "ran holding a foreign key: {err}");
-    assert_eq!(out.status.code(), Some(75), "{err}");
-    assert!(
-        err.contains("exists on lease 0, not on ours"),
-        "conlock's lease was not in the range the test covered: {err}"
-    );
+    assert_not_adopted(&h.wait_with_output().unwrap(), &ran);
 }
 
 /// A waiter whose watch stays silent (a frozen member) looks again after 3 s of
@@ -800,7 +708,7 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
         prefix.push('x');
     }
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = crate::etcd_run::put_pattern(&records_of(&prefix));
+    let pattern = put_pattern(&records_of(&prefix));
     let proxy = fault_proxy(upstream, move |req| {
         if contains(req, &pattern) {
             Fault::MuteAnswers
