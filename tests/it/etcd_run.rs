@@ -1471,7 +1471,6 @@ fn proxy_swallowing(
 /// = 7.67 s after the last keepalive, past the stop signal at 6.25 s. The lease (10 s)
 /// was never at risk, yet the command is stopped and conlock exits 124.
 #[test]
-#[ignore = "review finding 1: one keepalive that times out on two endpoints is retried only after the deadline (exit 124 with --ttl 10s --kill-grace 3s)"]
 fn review_one_keepalive_that_hangs_on_two_endpoints_is_retried_before_the_stop_signal() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
