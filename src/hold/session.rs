@@ -547,7 +547,23 @@ fn renew_loop(shared: &Shared) {
         let sent_boot = BootInstant::now();
         match job {
             Job::Renew => {
-                let result = shared.client.renew_session(&id, renew_timeout);
+                // A renewal that fails must leave room for its retry before the TTL's
+                // bound on the deadline (etcd: `check_timing` keeps half a renewal
+                // interval for that): each try gets at most half the time left, and the
+                // retry comes within half of what is left then. Past that bound (the
+                // claim is lost; survivors may still need the session) as before.
+                let ttl_left = || {
+                    let s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    (s.renewed_at + spec.ttl_window()).remaining()
+                };
+                let left = ttl_left();
+                let timeout = if left.is_zero() {
+                    renew_timeout
+                } else {
+                    renew_timeout.min(left / 2).max(Duration::from_millis(200))
+                };
+                let result = shared.client.renew_session(&id, timeout);
+                let left = ttl_left();
                 let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 if s.id != id || s.stop {
                     continue;
@@ -560,7 +576,12 @@ fn renew_loop(shared: &Shared) {
                     Ok(None) => set_lost(&mut s, shared.client.session_gone(&id)),
                     Err(e) => {
                         ui::verbose(format_args!("renewing session {id} failed: {e}; retrying"));
-                        next = Instant::now() + retry_every;
+                        let pause = if left.is_zero() {
+                            retry_every
+                        } else {
+                            retry_every.min(left / 2).max(Duration::from_millis(50))
+                        };
+                        next = Instant::now() + pause;
                     }
                 }
             }
