@@ -575,7 +575,9 @@ impl Claim for EtcdLock {
         let c = store.etcd();
         loop {
             if session.lost().is_some() {
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
             }
             let sid = session.id();
             let Some(lease) = lease_id(&sid) else {
@@ -591,7 +593,9 @@ impl Claim for EtcdLock {
             if my_rev == 0 {
                 // Our txn found the key gone between compare and read: the lease went.
                 ui::verbose(format_args!("lease {sid} is gone; granting a new one"));
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
                 continue;
             }
             match self.turn(c, session, &sid, (my_rev, first_at), deadline, wait)? {
@@ -615,7 +619,9 @@ impl Claim for EtcdLock {
                         "our key {} is gone while waiting (lease expired or revoked, or the key deleted); queueing again with a new lease",
                         self.key_of(&sid)
                     ));
-                    session.recreate()?;
+                    if !claim::replace_session(session, deadline)? {
+                        return Ok(None);
+                    }
                 }
             }
         }

@@ -504,7 +504,9 @@ impl Claim for EtcdSemaphore {
         let c = store.etcd();
         loop {
             if session.lost().is_some() {
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
             }
             let sid = session.id();
             let Some(lease) = lease_id(&sid) else {
@@ -541,7 +543,9 @@ impl Claim for EtcdSemaphore {
                         "our key {} is gone while waiting (lease expired or revoked, or the key deleted); queueing again with a new lease",
                         self.key_of(&sid)
                     ));
-                    session.recreate()?;
+                    if !claim::replace_session(session, deadline)? {
+                        return Ok(None);
+                    }
                 }
             }
         }

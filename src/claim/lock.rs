@@ -193,7 +193,9 @@ impl Claim for Lock {
         let mut looked = None;
         loop {
             if session.lost().is_some() {
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
             }
             let session_id = session.id();
             let q = match deadline {
@@ -279,7 +281,9 @@ impl Claim for Lock {
                     ui::verbose(format_args!(
                         "session {session_id} is gone; creating a new one"
                     ));
-                    session.recreate()?;
+                    if !claim::replace_session(session, deadline)? {
+                        return Ok(None);
+                    }
                 }
                 Ok(Take::Puzzling(detail)) => {
                     let what = format!("the acquire of key {:?}", self.key);

@@ -238,6 +238,26 @@ pub fn while_waiting<T>(
     }
 }
 
+/// Replaces a lost session (etcd: lease) while waiting. A store that cannot make one now
+/// (an election, a member that hangs) is asked again after a pause, as every other
+/// failure while waiting is, until `deadline`. False once it has passed: give up as busy.
+pub fn replace_session(session: &dyn SessionHandle, deadline: Option<Instant>) -> Result<bool> {
+    loop {
+        match session.recreate() {
+            Ok(()) => return Ok(true),
+            Err(e) if e.is_retryable() || e.cut_short() => {
+                if deadline_passed(deadline) {
+                    ui::notice(format_args!("{e}; not retrying: --timeout has passed"));
+                    return Ok(false);
+                }
+                ui::notice(format_args!("{e}; retrying"));
+                sleep_until_deadline(UNREACHABLE_RETRY, deadline);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Sleeps `d`, but not past `deadline`.
 pub fn sleep_until_deadline(d: Duration, deadline: Option<Instant>) {
     let d = match deadline {

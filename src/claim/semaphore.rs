@@ -346,7 +346,9 @@ impl Claim for Semaphore {
         let chain_wait = session.ttl();
         loop {
             if session.lost().is_some() {
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
                 (enter, fresh) = (true, true);
             }
             let sid = session.id();
@@ -369,7 +371,9 @@ impl Claim for Semaphore {
                             return Ok(None);
                         }
                     }
-                    session.recreate()?;
+                    if !claim::replace_session(session, deadline)? {
+                        return Ok(None);
+                    }
                     fresh = true;
                     continue;
                 }
@@ -475,7 +479,9 @@ impl Claim for Semaphore {
                 if claim::deadline_passed(deadline) {
                     return Ok(None);
                 }
-                session.recreate()?;
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
                 (enter, fresh) = (true, true);
                 index = 0;
                 continue;

@@ -11,10 +11,11 @@ use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    assert_not_adopted, conlock_etcd, conlock_etcd_at, contains, etcdctl_bin, fault_proxy,
-    heartbeat_job, keys_under, now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys,
-    put_pattern, spans, with_timings, Etcd, EtcdCluster, EtcdOptions, Fault, FAST,
+    assert_not_adopted, conlock_etcd, conlock_etcd_at, etcdctl_bin, heartbeat_job, keys_under,
+    now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys, put_pattern, spans,
+    with_timings, Etcd, EtcdCluster, EtcdOptions, FAST,
 };
+use crate::harness::{bytes_contain, fault_proxy, Fault};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop, BIN,
@@ -1044,7 +1045,7 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
     let pattern = put_pattern(&record_key);
     let proxy = fault_proxy(upstream, move |req| {
-        if contains(req, &pattern) {
+        if bytes_contain(req, &pattern) {
             Fault::MuteAnswers
         } else {
             Fault::Forward
@@ -1258,67 +1259,26 @@ fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() 
     );
 }
 
-/// A TCP proxy to `upstream` (`host:port`) that forwards everything, except that while
-/// `budget` is above 0 a connection whose request contains `path` takes one from it and
-/// goes silent (it stays open and nothing more is forwarded either way): a request that
-/// hangs, as on a member forwarding a keepalive to a frozen leader. Returns its endpoint.
+/// A [`fault_proxy`] that, while `budget` is above 0, takes one from it for a
+/// connection whose request contains `path` and hangs that connection.
 fn proxy_swallowing(
     upstream: String,
     path: &'static [u8],
     budget: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> String {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ep = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut down) = conn else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-            let silent = Arc::new(AtomicBool::new(false));
-            let silent2 = silent.clone();
-            let budget = budget.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = down.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if !silent.load(Ordering::SeqCst)
-                        && buf[..n].windows(path.len()).any(|w| w == path)
-                        && budget
-                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
-                            .is_ok()
-                    {
-                        silent.store(true, Ordering::SeqCst);
-                    }
-                    if silent.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    if up.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = up.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = up2.read(&mut buf) {
-                    if n == 0 || silent2.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if down2.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
+    use std::sync::atomic::Ordering;
+    fault_proxy(upstream, move |req| {
+        let take = |b: usize| b.checked_sub(1);
+        if bytes_contain(req, path)
+            && budget
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                .is_ok()
+        {
+            Fault::Hang
+        } else {
+            Fault::Forward
         }
-    });
-    ep
+    })
 }
 
 /// REVIEW finding 1. docs/safety.md: with `kill_grace + margin` at most half the TTL,
@@ -1379,7 +1339,6 @@ fn review_one_keepalive_that_hangs_on_two_endpoints_is_retried_before_the_stop_s
 /// hangs) ends the wait with exit 125 instead of waiting on (or exit 75 with
 /// `--timeout`). Here the waiter's lease is revoked and its next three grants hang.
 #[test]
-#[ignore = "review finding 2: a waiter that must replace its lost lease exits 125 when the grant fails three times, instead of waiting on"]
 fn review_a_waiter_that_cannot_replace_its_lost_lease_at_once_keeps_waiting() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;

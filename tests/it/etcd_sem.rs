@@ -10,10 +10,10 @@ use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    assert_not_adopted, conlock_etcd, contains, fault_proxy, heartbeat_job, keys_under, now_ns,
-    proxy_answering_503, put_foreign_keys, put_pattern, spans, with_timings, Etcd, EtcdOptions,
-    Fault, FAST,
+    assert_not_adopted, conlock_etcd, heartbeat_job, keys_under, now_ns, proxy_answering_503,
+    put_foreign_keys, put_pattern, spans, with_timings, Etcd, EtcdOptions, FAST,
 };
+use crate::harness::{bytes_contain, fault_proxy, Fault};
 use crate::harness::{
     intervals, logged_job, max_overlap, read, scratch, signal, until_exists, wait_exit, wait_for,
     KillOnDrop,
@@ -654,7 +654,7 @@ fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
     let c = etcd.client(T);
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
     let proxy = fault_proxy(upstream, |req| {
-        if contains(req, b"/v3/watch") {
+        if bytes_contain(req, b"/v3/watch") {
             Fault::MuteAfterCreated
         } else {
             Fault::Forward
@@ -710,7 +710,7 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
     let pattern = put_pattern(&records_of(&prefix));
     let proxy = fault_proxy(upstream, move |req| {
-        if contains(req, &pattern) {
+        if bytes_contain(req, &pattern) {
             Fault::MuteAnswers
         } else {
             Fault::Forward

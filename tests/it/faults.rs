@@ -488,3 +488,87 @@ fn cleanup_against_a_hung_agent_reads_cleanly() {
         assert!(!err.contains(bad), "{bad:?} in:\n{err}");
     }
 }
+
+/// A waiter whose session is gone while it waits, and whose next session creations meet
+/// an election (500 "No cluster leader"; more than one creation retries on its own),
+/// asks again after a pause instead of exiting 125, and runs once the holder lets go: a lock and a semaphore.
+#[test]
+fn a_waiter_that_cannot_replace_its_lost_session_at_once_keeps_waiting() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    for (what, args) in [
+        ("lock", vec!["run", "--key", "regrant/k"]),
+        ("sem", vec!["sem", "--limit", "1", "--prefix", "regrant/s"]),
+    ] {
+        let server = start_server();
+        let c = client(&server);
+        let dir = scratch("regrant");
+        let (go, ran) = (dir.join("go"), dir.join("ran"));
+        let mut h = KillOnDrop(
+            conlock(&server)
+                .args(&args)
+                .args(["--", "sh", "-c"])
+                .arg(format!(
+                    "touch {0}.ran; {1}",
+                    go.display(),
+                    until_exists(&go)
+                ))
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(LONG, || dir.join("go.ran").exists()),
+            "{what}: never ran"
+        );
+        let theirs = c.session_list(QueryOptions::default()).unwrap().0;
+        let budget = Arc::new(AtomicUsize::new(0));
+        let b2 = budget.clone();
+        let proxy = fault_proxy(server.addr().to_string(), move |req| {
+            let take = |b: usize| b.checked_sub(1);
+            if bytes_contain(req, b"PUT /v1/session/create")
+                && b2
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                    .is_ok()
+            {
+                Fault::Answer(500, "No cluster leader")
+            } else {
+                Fault::Forward
+            }
+        });
+        let addr = proxy.trim_start_matches("http://").parse().unwrap();
+        let mut w = KillOnDrop(
+            conlock_at(addr)
+                .args(&args)
+                .args(["--", "touch"])
+                .arg(&ran)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_sessions(&server, 2),
+            "{what}: the waiter has no session"
+        );
+        let mine = c.session_list(QueryOptions::default()).unwrap().0;
+        let mine = mine
+            .iter()
+            .find(|s| theirs.iter().all(|t| t.id != s.id))
+            .unwrap();
+        budget.store(5, Ordering::SeqCst);
+        assert!(server.expire_session(&mine.id));
+        // The holder lets go: the waiter wakes, finds its session gone, and must make a
+        // new one through the election.
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_exit(&mut h.0, LONG).success(), "{what}");
+        let st = wait_exit(&mut w.0, LONG);
+        let mut err = String::new();
+        w.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(st.code(), Some(0), "{what}: {err}");
+        assert!(ran.exists(), "{what}");
+        assert_eq!(
+            budget.load(Ordering::SeqCst),
+            0,
+            "{what}: the waiter met no failed session creation, the test shows nothing: {err}"
+        );
+    }
+}

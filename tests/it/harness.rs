@@ -567,3 +567,126 @@ pub fn json_lines(
         serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"))
     }
 }
+
+/// What a [`fault_proxy`] does with a request (the bytes of one read from the client).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Forward it and its answers.
+    Forward,
+    /// Answer etcd's "no leader" (HTTP 503, gRPC Unavailable) and close the connection,
+    /// as a member does during an election.
+    NoLeader,
+    /// Answer with this HTTP status and text body and close the connection (Consul's
+    /// 500 "No cluster leader" during an election, say).
+    Answer(u16, &'static str),
+    /// Forward it; from now on the connection's answers are dropped (it stays open), as
+    /// when a member applied a request and then froze.
+    MuteAnswers,
+    /// Forward it; once an answer with `"created"` (a watch's first) has passed, the
+    /// connection's answers are dropped (it stays open), as a watch on a frozen member.
+    MuteAfterCreated,
+    /// Forward neither it nor anything after it on this connection, either way (it
+    /// stays open): a request that hangs, as on a member forwarding to a frozen leader.
+    Hang,
+}
+
+/// A TCP proxy to `upstream` (`host:port`) that asks `decide` about every request and
+/// acts as it says. Returns its endpoint (`http://...`).
+pub fn fault_proxy(
+    upstream: String,
+    decide: impl Fn(&[u8]) -> Fault + Send + Sync + 'static,
+) -> String {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    let decide = Arc::new(decide);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            // The connection's answers: 0 forwarded, 1 dropped, 2 dropped after "created".
+            let answers = Arc::new(AtomicU8::new(0));
+            let (decide, answers2) = (decide.clone(), answers.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                let mut hung = false;
+                while let Ok(n) = down.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if hung {
+                        continue;
+                    }
+                    match decide(&buf[..n]) {
+                        Fault::Forward => {}
+                        Fault::Hang => {
+                            answers.store(1, Ordering::SeqCst);
+                            hung = true;
+                            continue;
+                        }
+                        Fault::NoLeader => {
+                            let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
+                            let _ = up.shutdown(std::net::Shutdown::Both);
+                            let _ = write!(
+                                down,
+                                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = down.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        Fault::Answer(status, body) => {
+                            let _ = up.shutdown(std::net::Shutdown::Both);
+                            let _ = write!(
+                                down,
+                                "HTTP/1.1 {status} Error\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = down.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        Fault::MuteAnswers => answers.store(1, Ordering::SeqCst),
+                        Fault::MuteAfterCreated => {
+                            let _ =
+                                answers.compare_exchange(0, 2, Ordering::SeqCst, Ordering::SeqCst);
+                        }
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                let mut created = false;
+                while let Ok(n) = up2.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    match answers2.load(Ordering::SeqCst) {
+                        1 => continue,
+                        2 if created => continue,
+                        _ => {}
+                    }
+                    created = buf[..n].windows(9).any(|w| w == b"\"created\"");
+                    if down2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ep
+}
+
+/// Whether `bytes` contain `pattern`.
+pub fn bytes_contain(bytes: &[u8], pattern: &[u8]) -> bool {
+    bytes.windows(pattern.len()).any(|w| w == pattern)
+}
