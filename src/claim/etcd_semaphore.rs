@@ -503,10 +503,8 @@ impl Claim for EtcdSemaphore {
     ) -> Result<Option<Held>> {
         let c = store.etcd();
         loop {
-            if session.lost().is_some() {
-                if !claim::replace_session(session, deadline)? {
-                    return Ok(None);
-                }
+            if session.lost().is_some() && !claim::replace_session(session, deadline)? {
+                return Ok(None);
             }
             let sid = session.id();
             let Some(lease) = lease_id(&sid) else {

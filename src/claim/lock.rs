@@ -192,10 +192,8 @@ impl Claim for Lock {
         // A read made by the last attempt, for the next turn of the loop.
         let mut looked = None;
         loop {
-            if session.lost().is_some() {
-                if !claim::replace_session(session, deadline)? {
-                    return Ok(None);
-                }
+            if session.lost().is_some() && !claim::replace_session(session, deadline)? {
+                return Ok(None);
             }
             let session_id = session.id();
             let q = match deadline {
