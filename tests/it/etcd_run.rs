@@ -1448,7 +1448,10 @@ fn a_waiter_woken_by_a_released_predecessor_still_waits_for_an_older_key() {
         .txn(&TxnRequest {
             compare: vec![],
             success: vec![
-                RequestOp::Put(PutRequest::new(format!("{name}.conlock"), released)),
+                RequestOp::Put(PutRequest::new(
+                    conlock::claim::etcd_lock::record_key(&name),
+                    released,
+                )),
                 RequestOp::DeleteRange(DeleteRangeRequest::key(pred.clone())),
             ],
             failure: vec![],
