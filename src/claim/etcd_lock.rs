@@ -122,6 +122,36 @@ fn first_by_create(prefix: &str) -> RangeRequest {
     }
 }
 
+/// The newest key under `prefix` created before `my_rev` (the predecessor to watch).
+fn older_than(prefix: &str, my_rev: i64) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Descend,
+        sort_target: SortTarget::Create,
+        limit: 1,
+        max_create_revision: my_rev - 1,
+        ..RangeRequest::prefix(prefix)
+    }
+}
+
+/// The record a holder's own release leaves: `released`, and no lock-delay (none is owed
+/// after a release), so that its successor can name it exactly in a compare.
+fn released_record(key: &str, create_revision: i64) -> HolderRecord {
+    HolderRecord {
+        key: key.to_string(),
+        create_revision,
+        lock_delay_ms: 0,
+        released: true,
+    }
+}
+
+/// What `take_after` did.
+enum TakeAfter {
+    /// We hold: the record is ours, written at this revision.
+    Took(i64),
+    /// Not taken: what `predecessor` would have read (`None`: our key is gone).
+    Looked(Option<(Option<KeyValue>, i64, Record)>),
+}
+
 pub(super) fn range_of(r: Option<&ResponseOp>) -> Option<&RangeResponse> {
     match r {
         Some(ResponseOp::Range(r)) => Some(r),
@@ -279,13 +309,7 @@ impl EtcdLock {
                 on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
             ],
             success: vec![
-                RequestOp::Range(RangeRequest {
-                    sort_order: SortOrder::Descend,
-                    sort_target: SortTarget::Create,
-                    limit: 1,
-                    max_create_revision: my_rev - 1,
-                    ..RangeRequest::prefix(self.prefix())
-                }),
+                RequestOp::Range(older_than(&self.prefix(), my_rev)),
                 RequestOp::Range(RangeRequest::key(self.record_key())),
             ],
             failure: vec![],
@@ -300,6 +324,65 @@ impl EtcdLock {
             r.header.revision,
             record_in(range_of(r.responses.get(1))),
         )))
+    }
+
+    /// On the wake-up by our predecessor's deletion: takes the lock in one txn if we are
+    /// first and the record says `pred` released it itself (what its release writes, see
+    /// `released_record`), so no cushion is owed; else reads what `predecessor` reads.
+    /// The compares check at one moment what a look and the record write check at two.
+    fn take_after(
+        &self,
+        c: &EtcdClient,
+        sid: &str,
+        my_rev: i64,
+        pred: &KeyValue,
+        mine: &HolderRecord,
+    ) -> std::result::Result<TakeAfter, EtcdError> {
+        let my_key = self.key_of(sid);
+        let lease = lease_id(sid).unwrap_or(0);
+        let prefix = self.prefix();
+        let released = released_record(&show(&pred.key), pred.create_revision);
+        let req = TxnRequest {
+            compare: vec![
+                Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
+                on_lease(my_key.clone(), lease),
+                // No key under the prefix older than ours: we are first.
+                Compare {
+                    range_end: prefix_range_end(prefix.as_bytes()),
+                    ..Compare::create_revision(prefix.clone(), CompareResult::Greater, my_rev - 1)
+                },
+                Compare::new(
+                    self.record_key(),
+                    CompareTarget::Value(serde_json::to_vec(&released).expect("json")),
+                    CompareResult::Equal,
+                ),
+            ],
+            success: vec![RequestOp::Put(PutRequest::new(
+                self.record_key(),
+                serde_json::to_vec(mine).expect("json"),
+            ))],
+            failure: vec![
+                RequestOp::Range(RangeRequest::key(my_key)),
+                RequestOp::Range(older_than(&prefix, my_rev)),
+                RequestOp::Range(RangeRequest::key(self.record_key())),
+            ],
+        };
+        let r = c.txn(&req)?;
+        if r.succeeded {
+            return Ok(TakeAfter::Took(r.header.revision));
+        }
+        let still_ours = range_of(r.responses.first())
+            .and_then(|g| g.kvs.first())
+            .is_some_and(|kv| kv.create_revision == my_rev && kv.lease == lease);
+        if !still_ours {
+            return Ok(TakeAfter::Looked(None));
+        }
+        let pred = range_of(r.responses.get(1)).and_then(|g| g.kvs.first().cloned());
+        Ok(TakeAfter::Looked(Some((
+            pred,
+            r.header.revision,
+            record_in(range_of(r.responses.get(2))),
+        ))))
     }
 
     /// The holder record, if any, with its mod revision.
@@ -319,6 +402,15 @@ impl EtcdLock {
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Turn> {
+        let my_key = self.key_of(sid);
+        let mine = HolderRecord {
+            key: my_key.clone(),
+            create_revision: my_rev,
+            lock_delay_ms: session.lock_delay().as_millis() as u64,
+            released: false,
+        };
+        // The predecessor whose deletion woke us.
+        let mut woke_by: Option<KeyValue> = None;
         // Wait until no older key is left; the record as of that read.
         let (lock_rev, record) = loop {
             if session.lost().is_some() {
@@ -327,14 +419,29 @@ impl EtcdLock {
             if let Some(first) = first_at.take() {
                 break first;
             }
-            let (pred, rev, record) =
-                match while_waiting(self.predecessor(c, sid, my_rev), deadline)? {
-                    Waited::Got(Some(p)) => p,
-                    // The #11456 check: our key (and so our lease) is gone.
-                    Waited::Got(None) => return Ok(Turn::KeyGone),
+            let looked = match woke_by.take() {
+                Some(pred) => {
+                    let sent = BootInstant::now();
+                    match while_waiting(self.take_after(c, sid, my_rev, &pred, &mine), deadline)? {
+                        Waited::Got(TakeAfter::Took(rev)) => {
+                            // The compares saw the store as of the revision before our put.
+                            return Ok(Turn::Held(self.took(mine, my_rev, rev - 1, rev, sent)));
+                        }
+                        Waited::Got(TakeAfter::Looked(l)) => l,
+                        Waited::Retry => continue,
+                        Waited::Busy => return Ok(Turn::Busy),
+                    }
+                }
+                None => match while_waiting(self.predecessor(c, sid, my_rev), deadline)? {
+                    Waited::Got(l) => l,
                     Waited::Retry => continue,
                     Waited::Busy => return Ok(Turn::Busy),
-                };
+                },
+            };
+            let Some((pred, rev, record)) = looked else {
+                // The #11456 check: our key (and so our lease) is gone.
+                return Ok(Turn::KeyGone);
+            };
             let Some(pred) = pred else {
                 break (rev, record);
             };
@@ -369,7 +476,10 @@ impl EtcdLock {
             };
             loop {
                 match stream.next_response() {
-                    Ok(Some(r)) if r.events.iter().any(|e| e.kind == EventType::Delete) => break,
+                    Ok(Some(r)) if r.events.iter().any(|e| e.kind == EventType::Delete) => {
+                        woke_by = Some(pred);
+                        break;
+                    }
                     Ok(Some(_)) => {}
                     // Silence, a broken stream, a compaction: look again.
                     _ => break,
@@ -380,7 +490,6 @@ impl EtcdLock {
         // still be stopping its command, for up to its lock-delay from when its key went,
         // which was before the read that found us first (nobody but the first writes the
         // record, so it is still the one read then).
-        let my_key = self.key_of(sid);
         if let Some((rec, _)) = &record {
             if !rec.released && rec.create_revision != my_rev && rec.lock_delay_ms > 0 {
                 let cushion = Duration::from_millis(rec.lock_delay_ms);
@@ -409,12 +518,6 @@ impl EtcdLock {
         }
         // Take over the record, guarded by our key: the txn's success also proves that
         // we held when it was applied, after `sent` (the first confirmation).
-        let mine = HolderRecord {
-            key: my_key.clone(),
-            create_revision: my_rev,
-            lock_delay_ms: session.lock_delay().as_millis() as u64,
-            released: false,
-        };
         loop {
             let sent = BootInstant::now();
             let req = TxnRequest {
@@ -433,21 +536,34 @@ impl EtcdLock {
             self.maybe_took.store(true, Ordering::SeqCst);
             match while_waiting(c.txn(&req), deadline)? {
                 Waited::Got(r) if r.succeeded => {
-                    // The txn's only put: the record's mod revision is its revision.
-                    *self.written.lock().unwrap() = Some((mine.clone(), r.header.revision));
-                    self.my_rev.store(my_rev, Ordering::SeqCst);
-                    self.held_rev.store(r.header.revision, Ordering::SeqCst);
-                    self.lock_rev.store(lock_rev, Ordering::SeqCst);
-                    return Ok(Turn::Held(Held {
-                        lock_index: 0,
-                        fencing_token: my_rev as u64,
-                        confirmed_at: sent,
-                    }));
+                    let held = self.took(mine, my_rev, lock_rev, r.header.revision, sent);
+                    return Ok(Turn::Held(held));
                 }
                 Waited::Got(_) => return Ok(Turn::KeyGone),
                 Waited::Retry => continue,
                 Waited::Busy => return Ok(Turn::Busy),
             }
+        }
+    }
+
+    /// We hold: the record `mine` written by a txn at `revision` (its only put, so the
+    /// record's mod revision), sent at `sent`; `lock_rev` is `ETCD_LOCK_REV`.
+    fn took(
+        &self,
+        mine: HolderRecord,
+        my_rev: i64,
+        lock_rev: i64,
+        revision: i64,
+        sent: BootInstant,
+    ) -> Held {
+        *self.written.lock().unwrap() = Some((mine, revision));
+        self.my_rev.store(my_rev, Ordering::SeqCst);
+        self.held_rev.store(revision, Ordering::SeqCst);
+        self.lock_rev.store(lock_rev, Ordering::SeqCst);
+        Held {
+            lock_index: 0,
+            fencing_token: my_rev as u64,
+            confirmed_at: sent,
         }
     }
 
@@ -693,9 +809,9 @@ impl Claim for EtcdLock {
             on_lease(key.clone(), lease),
         ];
         let mut success = vec![RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone()))];
-        if let Ok(Some((mut rec, mod_rev))) = record {
+        if let Ok(Some((rec, mod_rev))) = record {
             if rec.key == key && rec.create_revision == my_rev {
-                rec.released = true;
+                let rec = released_record(&rec.key, my_rev);
                 compare.push(Compare::new(
                     self.record_key(),
                     CompareTarget::Mod(mod_rev),

@@ -20,7 +20,7 @@
 //! N records exist, in one txn guarded by its key's create revision and by no record
 //! having changed since the read that decided it. See docs/safety.md, "etcd".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -448,9 +448,33 @@ impl EtcdSemaphore {
                 Waited::Retry => continue,
                 Waited::Busy => return Ok(None),
             };
+            // The keys ahead of us in line. A later key has a larger create revision
+            // (E4), so only their deletions move us up: while at least `limit` of them
+            // are left no look can take a slot, and a deletion only counts down (every
+            // waiter looking again on every release was a txn and a new watch each,
+            // times the waiters, per freed slot).
+            let contenders = contenders_of(&self.prefix);
+            let mut ahead: HashSet<&[u8]> = look
+                .keys
+                .iter()
+                .filter(|k| k.create_revision < my_rev)
+                .map(|k| k.key.as_slice())
+                .collect();
             loop {
                 match stream.next_response() {
-                    Ok(Some(r)) if !r.events.is_empty() => break,
+                    Ok(Some(r)) if !r.events.is_empty() => {
+                        if ahead.len() < limit {
+                            break;
+                        }
+                        for e in &r.events {
+                            if e.kv.key.starts_with(contenders.as_bytes()) {
+                                ahead.remove(e.kv.key.as_slice());
+                            }
+                        }
+                        if ahead.len() < limit {
+                            break;
+                        }
+                    }
                     Ok(Some(_)) => {}
                     // Silence (a cushion's end), a broken stream, a compaction: look again.
                     _ => break,

@@ -2,12 +2,14 @@
 //! user/password authentication.
 
 use std::io::{BufRead, BufReader, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 
 use super::config::{EtcdConfig, EtcdFile};
 use super::error::{excerpt, grpc, EtcdError, Result};
@@ -29,6 +31,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone)]
 pub struct EtcdClient {
     agent: ureq::Agent,
+    /// The agent's resolver, shared with `with_own_connections`' agents (one name cache).
+    resolver: EndpointResolver,
     cfg: Arc<EtcdConfig>,
     /// The endpoint that answered last: requests start there (shared by clones).
     preferred: Arc<AtomicUsize>,
@@ -71,8 +75,14 @@ impl EtcdClient {
         if cfg.endpoints.iter().all(|e| is_loopback(e)) {
             builder = builder.proxy(None);
         }
+        let resolver = EndpointResolver::default();
         Ok(EtcdClient {
-            agent: builder.build().into(),
+            agent: ureq::Agent::with_parts(
+                builder.build(),
+                ureq::unversioned::transport::DefaultConnector::default(),
+                resolver.clone(),
+            ),
+            resolver,
             cfg: Arc::new(cfg),
             preferred: Arc::new(AtomicUsize::new(0)),
             token: Arc::new(Mutex::new(None)),
@@ -117,7 +127,11 @@ impl EtcdClient {
     /// token stay shared.
     pub fn with_own_connections(&self) -> EtcdClient {
         EtcdClient {
-            agent: ureq::Agent::new_with_config(self.agent.config().clone()),
+            agent: ureq::Agent::with_parts(
+                self.agent.config().clone(),
+                ureq::unversioned::transport::DefaultConnector::default(),
+                self.resolver.clone(),
+            ),
             ..self.clone()
         }
     }
@@ -678,6 +692,82 @@ impl EtcdClient {
         }
         detail
     }
+}
+
+/// How long a looked-up host name is trusted before it is looked up again.
+const NAME_CACHE: Duration = Duration::from_secs(30);
+
+/// ureq's default resolver starts a thread for every request once a timeout is set, even
+/// for an IP literal and on a pooled connection: six short threads per run, each
+/// unmapping its stack as it ends (a TLB flush of the CPU running conlock). Endpoints
+/// are nearly always literals or `localhost`: those need no lookup; other names are
+/// looked up (bounded by the timeout) and reused for `NAME_CACHE`, so DNS changes are
+/// still followed.
+#[derive(Debug, Default, Clone)]
+struct EndpointResolver {
+    /// `scheme://authority`, when looked up, the addresses; shared by the clones.
+    cached: Arc<Mutex<Vec<(String, Instant, ResolvedSocketAddrs)>>>,
+}
+
+impl Resolver for EndpointResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let (Some(authority), Some(scheme)) = (uri.authority(), uri.scheme_str()) else {
+            return DefaultResolver::default().resolve(uri, config, timeout);
+        };
+        let port = match (authority.port_u16(), scheme) {
+            (Some(p), _) => p,
+            (None, "https") => 443,
+            (None, _) => 80,
+        };
+        if let Some(ips) = ips_without_lookup(authority.host()) {
+            let mut out = self.empty();
+            let family = config.ip_family();
+            for addr in family.keep_wanted(ips.into_iter().map(|ip| SocketAddr::new(ip, port))) {
+                out.push(addr);
+            }
+            return if out.is_empty() {
+                Err(ureq::Error::HostNotFound)
+            } else {
+                Ok(out)
+            };
+        }
+        let key = format!("{scheme}://{authority}");
+        {
+            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, _, addrs)) = cached
+                .iter()
+                .find(|(k, at, _)| *k == key && at.elapsed() < NAME_CACHE)
+            {
+                return Ok(addrs.clone());
+            }
+        }
+        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached.retain(|(k, _, _)| *k != key);
+        cached.push((key, Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
+}
+
+/// The addresses of an IP literal (`[::1]` bracketed) or of `localhost` (RFC 6761: always
+/// loopback); `None` for a name that needs a lookup.
+fn ips_without_lookup(host: &str) -> Option<Vec<IpAddr>> {
+    if host.eq_ignore_ascii_case("localhost") {
+        return Some(vec![
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]);
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().ok().map(|ip| vec![ip])
 }
 
 fn is_timeout(e: &ureq::Error) -> bool {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
@@ -1383,4 +1383,89 @@ fn review_a_waiter_that_cannot_replace_its_lost_lease_at_once_keeps_waiting() {
     std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
     assert_eq!(st.code(), Some(0), "B: {berr}");
     assert_eq!(intervals(&read(&log)).len(), 2, "{}", read(&log));
+}
+
+/// A waiter woken by its predecessor's deletion takes the lock in one txn, which must
+/// also find no older key left. Here the predecessor's end looks like its own release
+/// (the record says it released, written in the same txn as the deletion, as its release
+/// would) while an older contender still holds: the waiter must wait for that one too.
+/// Fails if the take drops its "no older key" (range) compare: the waiter would start
+/// beside the older holder.
+#[test]
+fn a_waiter_woken_by_a_released_predecessor_still_waits_for_an_older_key() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("older");
+    let dir = scratch("etcd-older");
+    let (ev, started) = (dir.join("events"), dir.join("started"));
+    let ev_arg = ev.display().to_string();
+    let lease = c.lease_grant(60).unwrap().id;
+    let on_lease = |key: &str| {
+        c.put(&PutRequest {
+            lease,
+            ..PutRequest::new(key.to_string(), "")
+        })
+        .unwrap()
+        .header
+        .revision
+    };
+    let older = format!("{name}/aaa-older");
+    let pred = format!("{name}/bbb-pred");
+    on_lease(&older);
+    let pred_rev = on_lease(&pred);
+    let w = KillOnDrop(run_lock(
+        etcd,
+        &name,
+        &["--events", &ev_arg],
+        &format!("date +%s.%N > {}", started.display()),
+    ));
+    wait_keys(&c, &name, 3);
+    assert!(
+        wait_for(LONG, || read(&ev).contains("bbb-pred")),
+        "the waiter never waited for its predecessor: {}",
+        read(&ev)
+    );
+    // The predecessor "releases": record and deletion in one txn.
+    let released = format!(
+        r#"{{"key":"{pred}","create_revision":{pred_rev},"lock_delay_ms":0,"released":true}}"#
+    );
+    let r = c
+        .txn(&TxnRequest {
+            compare: vec![],
+            success: vec![
+                RequestOp::Put(PutRequest::new(
+                    conlock::claim::etcd_lock::record_key(&name),
+                    released,
+                )),
+                RequestOp::DeleteRange(DeleteRangeRequest::key(pred.clone())),
+            ],
+            failure: vec![],
+        })
+        .unwrap();
+    assert!(r.succeeded);
+    // The waiter looks again and waits for the older key.
+    assert!(
+        wait_for(LONG, || read(&ev).contains("aaa-older")),
+        "the waiter never waited for the older key: {}\nstarted: {}",
+        read(&ev),
+        read(&started)
+    );
+    let freed_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        !started.exists(),
+        "the waiter started beside the older key's holder"
+    );
+    c.delete_range(&DeleteRangeRequest::key(older)).unwrap();
+    let mut w = w;
+    let st = wait_exit(&mut w.0, Duration::from_secs(60));
+    assert!(st.success(), "the waiter failed: {st}");
+    let at: f64 = read(&started).trim().parse().unwrap();
+    assert!(
+        at >= freed_at,
+        "the waiter's command started at {at}, before the older key went at {freed_at}"
+    );
+    let _ = c.lease_revoke(lease);
 }
