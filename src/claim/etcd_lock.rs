@@ -422,6 +422,7 @@ impl EtcdLock {
             let looked = match woke_by.take() {
                 Some(pred) => {
                     let sent = BootInstant::now();
+                    self.maybe_took.store(true, Ordering::SeqCst);
                     match while_waiting(self.take_after(c, sid, my_rev, &pred, &mine), deadline)? {
                         Waited::Got(TakeAfter::Took(rev)) => {
                             // The compares saw the store as of the revision before our put.

@@ -168,6 +168,10 @@ impl EtcdSemaphore {
                     count_only: true,
                     ..RangeRequest::prefix(contenders_of(&self.prefix))
                 }),
+                RequestOp::Range(RangeRequest {
+                    count_only: true,
+                    ..RangeRequest::prefix(records_of(&self.prefix))
+                }),
             ],
         };
         let r = match while_waiting(c.txn(&req), deadline)? {
@@ -192,6 +196,7 @@ impl EtcdSemaphore {
             None => {}
         }
         let contenders = range_of(r.responses.get(2)).map_or(0, |g| g.count);
+        let records = range_of(r.responses.get(3)).map_or(0, |g| g.count);
         let put_limit = RequestOp::Put(PutRequest::new(self.limit_key(), limit.clone()));
         let fix = match range_of(r.responses.get(1)).and_then(|g| g.kvs.first()) {
             // No limit yet: ours, if nobody set one meanwhile.
@@ -205,8 +210,10 @@ impl EtcdSemaphore {
                 failure: vec![],
             },
             Some(kv) if kv.value == limit.as_bytes() => return Ok(Waited::Retry),
-            // Another limit left by users who are all gone: ours replaces it.
-            Some(kv) if contenders == 0 => TxnRequest {
+            // Another limit left by users who are all gone (no contender key, and no
+            // vanished holder's slot record: its command may still run under the old
+            // limit for its cushion): ours replaces it.
+            Some(kv) if contenders == 0 && records == 0 => TxnRequest {
                 compare: vec![
                     Compare::new(
                         self.limit_key(),
@@ -217,6 +224,14 @@ impl EtcdSemaphore {
                         range_end: prefix_range_end(contenders_of(&self.prefix).as_bytes()),
                         ..Compare::create_revision(
                             contenders_of(&self.prefix),
+                            CompareResult::Equal,
+                            0,
+                        )
+                    },
+                    Compare {
+                        range_end: prefix_range_end(records_of(&self.prefix).as_bytes()),
+                        ..Compare::create_revision(
+                            records_of(&self.prefix),
                             CompareResult::Equal,
                             0,
                         )
@@ -656,11 +671,21 @@ impl Claim for EtcdSemaphore {
         };
         // The last one out removes the limit, so that later users may choose another.
         let contenders = contenders_of(&self.prefix);
+        // Not while a slot record is left: a vanished holder's command may still run
+        // under the old limit for its cushion, and a new limit must not start more
+        // beside it.
+        let records = records_of(&self.prefix);
         let last_out = TxnRequest {
-            compare: vec![Compare {
-                range_end: prefix_range_end(contenders.as_bytes()),
-                ..Compare::create_revision(contenders.clone(), CompareResult::Equal, 0)
-            }],
+            compare: vec![
+                Compare {
+                    range_end: prefix_range_end(contenders.as_bytes()),
+                    ..Compare::create_revision(contenders.clone(), CompareResult::Equal, 0)
+                },
+                Compare {
+                    range_end: prefix_range_end(records.as_bytes()),
+                    ..Compare::create_revision(records, CompareResult::Equal, 0)
+                },
+            ],
             success: vec![RequestOp::DeleteRange(DeleteRangeRequest::key(
                 self.limit_key(),
             ))],

@@ -770,3 +770,60 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
         started.elapsed()
     );
 }
+
+/// A holder cut off (SIGSTOP) and revoked leaves its slot record: its command may run
+/// for its cushion. When it comes back and ends, it must not take the limit with it
+/// (it was the last contender): a newcomer with another `--limit` would start beside
+/// that command under a limit its holder never agreed to. The limit stays, and the
+/// newcomer is refused, naming both (exit 125).
+#[test]
+fn the_limit_stays_while_a_vanished_holders_slot_is_kept() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let prefix = unique_name("limit-kept");
+    let dir = scratch("etcd-sem-limit-kept");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    let mut h = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        1,
+        &["--lock-delay", "30s"],
+        &heartbeat_job(&log, &go),
+    ));
+    assert!(wait_for(LONG, || read(&log).contains("A ")));
+    let lease = contenders(&c, &prefix)[0].lease;
+    signal(h.0.id(), libc::SIGSTOP);
+    c.lease_revoke(lease).unwrap();
+    signal(h.0.id(), libc::SIGCONT);
+    assert_eq!(wait_exit(&mut h.0, LONG).code(), Some(124));
+    assert!(
+        !keys_under(&c, &records_of(&prefix)).is_empty(),
+        "the vanished holder's slot record is gone, the test shows nothing"
+    );
+    let limit = c
+        .range(&RangeRequest::key(limit_key_of(&prefix)))
+        .unwrap()
+        .kvs;
+    assert_eq!(
+        limit.first().map(|kv| kv.value.clone()),
+        Some(b"1".to_vec()),
+        "the limit went while a vanished holder's slot was kept"
+    );
+    let out = conlock_etcd(etcd)
+        .args([
+            "sem",
+            "--prefix",
+            &prefix,
+            "--limit",
+            "2",
+            "--timeout",
+            "2s",
+        ])
+        .args(with_timings(&[]))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("theirs 1, ours 2"), "{err}");
+}
