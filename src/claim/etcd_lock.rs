@@ -385,6 +385,18 @@ impl EtcdLock {
         ))))
     }
 
+    /// Whether our key `key` (created at `my_rev`) is gone and the record says we
+    /// released it ourselves: a release whose answer was lost did land.
+    fn released_by_us(&self, r: &mut EtcdReleasing, key: &str, my_rev: i64) -> bool {
+        let gone = r
+            .retry(|c| c.range(&RangeRequest::key(key.to_string())))
+            .is_ok_and(|g| g.kvs.is_empty());
+        gone && matches!(
+            r.retry(|c| self.read_record(c)),
+            Ok(Some((rec, _))) if rec.key == key && rec.create_revision == my_rev && rec.released
+        )
+    }
+
     /// The holder record, if any, with its mod revision.
     fn read_record(&self, c: &EtcdClient) -> std::result::Result<Record, EtcdError> {
         let r = c.range(&RangeRequest::key(self.record_key()))?;
@@ -839,6 +851,12 @@ impl Claim for EtcdLock {
             }
             // The record we wrote was changed since: read it, and try once more.
             Ok(_) if known => self.release(store, session_id),
+            // Released already by a try whose answer was lost (the client sends it again
+            // on another endpoint): our key is gone and the record says we released.
+            Ok(_) if self.released_by_us(&mut r, &key, my_rev) => {
+                ui::verbose(format_args!("released {}", self.describe()));
+                true
+            }
             // Not ours any more (or the record changed): the lease's end frees the rest.
             Ok(_) => false,
             Err(e) => {

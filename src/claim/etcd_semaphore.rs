@@ -53,6 +53,14 @@ pub struct EtcdSemaphore {
     maybe_took: AtomicBool,
 }
 
+/// Whether both `key` and `record` are gone (read through `c`'s retries).
+fn released_already(c: &mut EtcdReleasing, key: &str, record: &str) -> bool {
+    [key, record].iter().all(|k| {
+        c.retry(|c| c.range(&RangeRequest::key(k.to_string())))
+            .is_ok_and(|g| g.kvs.is_empty())
+    })
+}
+
 /// The contender keys' prefix of semaphore `prefix`: `P/`.
 pub fn contenders_of(prefix: &str) -> String {
     format!("{prefix}/")
@@ -657,6 +665,12 @@ impl Claim for EtcdSemaphore {
         };
         let released = match c.retry(|c| c.txn(&req)) {
             Ok(r) if r.succeeded => {
+                ui::verbose(format_args!("released {}", self.describe()));
+                true
+            }
+            // Released already by a try whose answer was lost (the client sends it again
+            // on another endpoint): our key and our slot record are both gone.
+            Ok(_) if released_already(&mut c, &key, &self.record_key(session_id)) => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true
             }

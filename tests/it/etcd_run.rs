@@ -1469,3 +1469,63 @@ fn a_waiter_woken_by_a_released_predecessor_still_waits_for_an_older_key() {
     );
     let _ = c.lease_revoke(lease);
 }
+
+/// The release reaches etcd, but the member answers "no leader" instead of etcd's
+/// answer: conlock sends it again and finds the key gone. It did land, so conlock says
+/// so: the `released` event is written, for the lock and for the semaphore.
+#[test]
+fn a_release_whose_answer_was_lost_still_counts_as_released() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    for what in ["run", "sem"] {
+        let name = unique_name(&format!("lost-release-{what}"));
+        let dir = scratch("etcd-lost-release");
+        let events = dir.join("events");
+        let budget = Arc::new(AtomicUsize::new(1));
+        let b2 = budget.clone();
+        let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+        let proxy = fault_proxy(upstream, move |req| {
+            let take = |b: usize| b.checked_sub(1);
+            if bytes_contain(req, b"request_delete_range")
+                && b2
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                    .is_ok()
+            {
+                Fault::ForwardThenNoLeader
+            } else {
+                Fault::Forward
+            }
+        });
+        let mut cmd = conlock_etcd_at(&proxy);
+        if what == "run" {
+            cmd.args(["run", "--key", &name]);
+        } else {
+            cmd.args(["sem", "--prefix", &name, "--limit", "1"]);
+        }
+        let out = cmd
+            .args(FAST)
+            .arg("--events")
+            .arg(&events)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {err}");
+        assert_eq!(
+            budget.load(Ordering::SeqCst),
+            0,
+            "{what}: the release's answer was not lost, the test shows nothing: {err}"
+        );
+        assert!(
+            keys_under(&c, &format!("{name}/")).is_empty(),
+            "{what}: still held"
+        );
+        assert!(
+            read(&events).contains("\"released\""),
+            "{what}: no released event: {err}{}",
+            read(&events)
+        );
+    }
+}

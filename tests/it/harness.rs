@@ -579,6 +579,9 @@ pub enum Fault {
     /// Answer with this HTTP status and text body and close the connection (Consul's
     /// 500 "No cluster leader" during an election, say).
     Answer(u16, &'static str),
+    /// Forward it, drop its answer, and answer etcd's "no leader" instead: a member that
+    /// passed the request on to the leader, which applied it, and then lost it.
+    ForwardThenNoLeader,
     /// Forward it; from now on the connection's answers are dropped (it stays open), as
     /// when a member applied a request and then froze.
     MuteAnswers,
@@ -628,6 +631,21 @@ pub fn fault_proxy(
                             answers.store(1, Ordering::SeqCst);
                             hung = true;
                             continue;
+                        }
+                        Fault::ForwardThenNoLeader => {
+                            answers.store(1, Ordering::SeqCst);
+                            let _ = up.write_all(&buf[..n]);
+                            // Let etcd apply it before the client hears anything.
+                            std::thread::sleep(std::time::Duration::from_millis(300));
+                            let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
+                            let _ = write!(
+                                down,
+                                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = down.shutdown(std::net::Shutdown::Both);
+                            let _ = up.shutdown(std::net::Shutdown::Both);
+                            return;
                         }
                         Fault::NoLeader => {
                             let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
