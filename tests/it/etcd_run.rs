@@ -1529,3 +1529,72 @@ fn a_release_whose_answer_was_lost_still_counts_as_released() {
         );
     }
 }
+
+/// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
+/// its lease; etcd answers "no leader" (on kept-alive connections, as a member without a
+/// leader does) to its revokes until it tries a grant, and to every grant: the waiter
+/// gives up (exit 75) soon after its 5 s `--timeout`. It revoked the old lease through
+/// the release's retry, which retried "no leader" for 10 s whatever `--timeout` said.
+#[test]
+fn review2_a_waiter_replacing_its_lease_in_an_election_keeps_its_timeout() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("regrant-timeout");
+    let dir = scratch("etcd-regrant-timeout");
+    let go = dir.join("go");
+    let mut a = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    // Armed: revokes answer "no leader" until the first grant; grants always do.
+    let (armed, granted) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (armed2, granted2) = (armed.clone(), granted.clone());
+    let proxy = fault_proxy(upstream, move |req| {
+        if !armed2.load(Ordering::SeqCst) {
+            return Fault::Forward;
+        }
+        if bytes_contain(req, b"/v3/lease/grant") {
+            granted2.store(true, Ordering::SeqCst);
+            return Fault::NoLeaderKeepOpen;
+        }
+        if bytes_contain(req, b"/v3/lease/revoke") && !granted2.load(Ordering::SeqCst) {
+            return Fault::NoLeaderKeepOpen;
+        }
+        Fault::Forward
+    });
+    let started = Instant::now();
+    let mut b = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["-v", "--timeout", "5s"],
+        "true",
+    ));
+    wait_keys(&c, &name, 2);
+    let b_lease = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .max_by_key(|kv| kv.create_revision)
+        .unwrap()
+        .lease;
+    armed.store(true, Ordering::SeqCst);
+    c.lease_revoke(b_lease).unwrap();
+    let st = wait_exit(&mut b.0, LONG);
+    let took = started.elapsed();
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert!(
+        granted.load(Ordering::SeqCst),
+        "B never tried to replace its lease: {berr}"
+    );
+    assert_eq!(st.code(), Some(75), "B: {berr}");
+    // 5 s, 2 s of grace for an answer, and slack for a busy machine.
+    assert!(
+        took < Duration::from_secs(10),
+        "B gave up {took:?} after it started, with --timeout 5s: {berr}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut a.0, LONG).success());
+}

@@ -579,6 +579,9 @@ pub enum Fault {
     /// Answer with this HTTP status and text body and close the connection (Consul's
     /// 500 "No cluster leader" during an election, say).
     Answer(u16, &'static str),
+    /// Answer etcd's "no leader" (503) and keep the connection open for the next
+    /// request, as a member without a leader does on a kept-alive connection.
+    NoLeaderKeepOpen,
     /// Forward it, drop its answer, and answer etcd's "no leader" instead: a member that
     /// passed the request on to the leader, which applied it, and then lost it.
     ForwardThenNoLeader,
@@ -630,6 +633,15 @@ pub fn fault_proxy(
                         Fault::Hang => {
                             answers.store(1, Ordering::SeqCst);
                             hung = true;
+                            continue;
+                        }
+                        Fault::NoLeaderKeepOpen => {
+                            let body = r#"{"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14}"#;
+                            let _ = write!(
+                                down,
+                                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
                             continue;
                         }
                         Fault::ForwardThenNoLeader => {
