@@ -731,7 +731,7 @@ impl Claim for EtcdLock {
                     if self.maybe_took.swap(false, Ordering::SeqCst) {
                         // The take-over may have landed: mark it released (no command
                         // ran), so that conlock waiters keep no cushion for it.
-                        let bounded = store.with_deadline(
+                        let bounded = store.with_hard_deadline(
                             Instant::now() + UNCERTAIN_CLEANUP,
                             "taking back an unanswered take-over is bounded to 1s",
                         );

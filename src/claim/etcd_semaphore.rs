@@ -575,7 +575,7 @@ impl Claim for EtcdSemaphore {
                     if self.maybe_took.swap(false, Ordering::SeqCst) {
                         // The slot write may have landed: give the slot back now (no
                         // command ran), not after its cushion.
-                        let bounded = store.with_deadline(
+                        let bounded = store.with_hard_deadline(
                             Instant::now() + UNCERTAIN_CLEANUP,
                             "taking back an unanswered slot write is bounded to 1s",
                         );

@@ -80,7 +80,7 @@ impl EtcdReleasing {
                 Err(e) if e.is_retryable() => e,
                 other => return other,
             };
-            if e.is_unavailable_answer() {
+            if e.is_unavailable_answer() && !self.client.deadline_is_hard() {
                 let until = *self
                     .until
                     .get_or_insert_with(|| Instant::now() + ETCD_RELEASE_BUDGET);
@@ -281,6 +281,15 @@ impl Store {
         match self {
             Store::Consul(c) => Store::Consul(c.with_deadline(deadline, limit)),
             Store::Etcd(c) => Store::Etcd(c.with_deadline(deadline, limit)),
+        }
+    }
+
+    /// `with_deadline`, which even a release through an election does not move out (for
+    /// clean-ups that must stay within `--timeout`).
+    pub fn with_hard_deadline(&self, deadline: Instant, limit: &str) -> Store {
+        match self {
+            Store::Consul(c) => Store::Consul(c.with_deadline(deadline, limit)),
+            Store::Etcd(c) => Store::Etcd(c.with_hard_deadline(deadline, limit)),
         }
     }
 

@@ -43,6 +43,8 @@ pub struct EtcdClient {
     pub request_timeout: Duration,
     /// No call lasts past this (see `with_deadline`), and what set it, for messages.
     deadline: Option<(Instant, Arc<str>)>,
+    /// The deadline may not be moved out, not even for a release through an election.
+    hard: bool,
 }
 
 /// How long a request may take.
@@ -88,6 +90,7 @@ impl EtcdClient {
             token: Arc::new(Mutex::new(None)),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             deadline: None,
+            hard: false,
         })
     }
 
@@ -100,9 +103,23 @@ impl EtcdClient {
         }
     }
 
+    /// `with_deadline`, and the deadline is not to be moved out (see `deadline_is_hard`).
+    pub fn with_hard_deadline(&self, deadline: Instant, limit: &str) -> EtcdClient {
+        EtcdClient {
+            hard: true,
+            ..self.with_deadline(deadline, limit)
+        }
+    }
+
     /// When calls must end (see `with_deadline`).
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline.as_ref().map(|(d, _)| *d)
+    }
+
+    /// Whether the deadline is one that a release must not move out for an election
+    /// (a clean-up within `--timeout`).
+    pub fn deadline_is_hard(&self) -> bool {
+        self.hard && self.deadline.is_some()
     }
 
     /// The timeout of the next request: the request timeout, cut to the deadline.

@@ -357,7 +357,17 @@ impl Session {
     /// Replaces a lost session by a new one (for example after the server lost its state).
     pub fn recreate(&self) -> Result<(), StoreError> {
         let old = self.id();
-        let _ = self.shared.client.destroy_session(&old);
+        // One short try: the old one is usually gone already, and one left over holds
+        // nothing and expires by its TTL; an election must not hold a waiter past
+        // --timeout here.
+        let _ = self
+            .shared
+            .client
+            .with_hard_deadline(
+                Instant::now() + Duration::from_secs(1),
+                "ending a lost session while waiting is bounded to 1s",
+            )
+            .destroy_session(&old);
         let mut sent = BootInstant::now();
         let creator = &self.shared.creator;
         let id = creator.create_session(&options(&self.shared.spec), || {
