@@ -248,6 +248,21 @@ impl EtcdSemaphore {
                 success: vec![put_limit],
                 failure: vec![],
             },
+            // Only vanished holders' slot records are left: their commands may still run
+            // under that limit (for their cushion).
+            Some(kv) if contenders == 0 => {
+                return Err(Error::Conflict(format!(
+                    "semaphore {:?} has a limit of {} (in {}), not --limit {}, and no holder is left, but {records} slot record(s) of holders that did not release are (under {}; their commands may still run under that limit): a run with --limit {} frees them once their lock-delay has passed, or delete them by hand (semaphore limit conflict: theirs {}, ours {})",
+                    self.prefix,
+                    show(&kv.value),
+                    self.limit_key(),
+                    self.limit,
+                    records_of(&self.prefix),
+                    show(&kv.value),
+                    show(&kv.value),
+                    self.limit
+                )))
+            }
             Some(kv) => return Err(self.conflict(&kv.value)),
         };
         match while_waiting(c.txn(&fix), deadline)? {

@@ -826,4 +826,8 @@ fn the_limit_stays_while_a_vanished_holders_slot_is_kept() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("theirs 1, ours 2"), "{err}");
+    assert!(
+        err.contains("slot record(s) of holders that did not release"),
+        "{err}"
+    );
 }
