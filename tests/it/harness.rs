@@ -720,3 +720,64 @@ pub fn fault_proxy(
 pub fn bytes_contain(bytes: &[u8], pattern: &[u8]) -> bool {
     bytes.windows(pattern.len()).any(|w| w == pattern)
 }
+
+/// A command for waiters in line for one lock: writes its `CONLOCK_FENCING_TOKEN` and
+/// `CONLOCK_MODIFY_INDEX` to `dir/tok.PID`, then runs until `dir/go.PID` exists (at most
+/// about 5 minutes, should the test die without saying so).
+pub fn token_then_wait(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "echo \"$CONLOCK_FENCING_TOKEN $CONLOCK_MODIFY_INDEX\" > {d}/tok.tmp.$$; mv {d}/tok.tmp.$$ {d}/tok.$$; \
+         i=0; while [ ! -e {d}/go.$$ ] && [ $i -lt 30000 ]; do sleep 0.01; i=$((i+1)); done"
+    )
+}
+
+/// Lets `n` waiters running `token_then_wait(dir)` take the lock in turn, the first once
+/// `release` let the holder go. While each holds, `held()` reads the key's ModifyIndex:
+/// each waiter's token is that index (exact, not merely increasing). Returns the tokens
+/// in the order the waiters held.
+pub fn tokens_in_turn(
+    dir: &Path,
+    n: usize,
+    release: impl FnOnce(),
+    mut held: impl FnMut() -> Option<u64>,
+) -> Vec<u64> {
+    release();
+    let mut seen = std::collections::HashSet::new();
+    let mut tokens = Vec::new();
+    for turn in 0..n {
+        let mut next = None;
+        assert!(
+            wait_for(Duration::from_secs(120), || {
+                next = std::fs::read_dir(dir).unwrap().flatten().find_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let pid = name.strip_prefix("tok.")?.to_string();
+                    (!pid.starts_with("tmp") && !seen.contains(&pid)).then_some(pid)
+                });
+                next.is_some()
+            }),
+            "waiter {turn} of {n} never started its command"
+        );
+        let pid = next.unwrap();
+        let text = read(&dir.join(format!("tok.{pid}")));
+        let got: Vec<u64> = text
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(got.len(), 2, "waiter {pid} wrote {text:?}");
+        assert_eq!(
+            got[0], got[1],
+            "fencing token and ModifyIndex differ: {text:?}"
+        );
+        assert_eq!(
+            held(),
+            Some(got[0]),
+            "waiter {pid}'s fencing token is not the key's ModifyIndex while it holds"
+        );
+        tokens.push(got[0]);
+        seen.insert(pid.clone());
+        std::fs::write(dir.join(format!("go.{pid}")), "").unwrap();
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    tokens
+}

@@ -309,6 +309,51 @@ fn lock_contenders_take_turns_and_store_the_consul_lock_flags() {
     );
 }
 
+/// On a real agent, waiters that take the lock in turn each get the key's exact
+/// ModifyIndex as their fencing token, as the key shows it while they hold.
+#[test]
+#[ignore = "real-agent tier: make test-real CONSUL_BIN=/path/to/consul"]
+fn waiters_get_the_keys_exact_modify_index_as_their_fencing_token() {
+    let addr = shared();
+    let dir = scratch("real-readahead");
+    let (log, go, term) = (dir.join("log"), dir.join("go"), dir.join("term"));
+    let key = "real/readahead/k";
+    let mut procs = vec![conlock_proc(
+        addr,
+        &["run", "--key", key],
+        &held_until(&log, &go, &term),
+        "holder",
+        &dir,
+    )];
+    wait_starts(&log, 1, &mut procs);
+    for i in 0..3 {
+        procs.push(conlock_proc(
+            addr,
+            &[
+                "run",
+                "--key",
+                key,
+                "--session-name",
+                "real-readahead-waiter",
+            ],
+            &token_then_wait(&dir),
+            &format!("waiter{i}"),
+            &dir,
+        ));
+    }
+    wait_for(LONG, || {
+        sessions_named(addr, "real-readahead-waiter").len() == 3
+            || procs.iter_mut().any(|p| p.exited())
+    });
+    tokens_in_turn(
+        &dir,
+        3,
+        || std::fs::write(&go, "").unwrap(),
+        || kv(addr, key).and_then(|e| e["ModifyIndex"].as_u64()),
+    );
+    assert_all_succeed(&mut procs, &log);
+}
+
 #[test]
 #[ignore = "real-agent tier: make test-real CONSUL_BIN=/path/to/consul"]
 fn semaphore_contenders_keep_the_limit_and_store_the_semaphore_flags() {

@@ -124,6 +124,52 @@ fn fencing_token_strictly_increases() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
+/// Waiters that take the lock in turn each get the key's exact ModifyIndex as their
+/// fencing token, as the key shows it while they hold (docs/safety.md, *Acquiring*).
+#[test]
+fn waiters_get_the_keys_exact_modify_index_as_their_fencing_token() {
+    let server = start_server();
+    let dir = scratch("readahead");
+    let go = dir.join("go");
+    let mut holder = start_holder(
+        &server,
+        "ra/lock",
+        &[],
+        &format!("until [ -e {} ]; do sleep 0.01; done", go.display()),
+    );
+    let mut waiters: Vec<_> = (0..3)
+        .map(|_| {
+            conlock(&server)
+                .args(["run", "--key", "ra/lock", "--", "sh", "-c"])
+                .arg(token_then_wait(&dir))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Each waiter watches the key (a blocking query), as does the holder's monitor.
+    assert!(
+        wait_for(Duration::from_secs(60), || server.blocking_count() >= 4),
+        "the waiters never waited: {} blocking queries",
+        server.blocking_count()
+    );
+    let c = client(&server);
+    tokens_in_turn(
+        &dir,
+        3,
+        || std::fs::write(&go, "").unwrap(),
+        || {
+            c.kv_get("ra/lock", QueryOptions::default())
+                .unwrap()
+                .0
+                .map(|p| p.modify_index)
+        },
+    );
+    assert!(wait_exit(&mut holder, Duration::from_secs(60)).success());
+    for w in &mut waiters {
+        assert!(wait_exit(w, Duration::from_secs(60)).success());
+    }
+}
+
 #[test]
 fn foreign_flags_are_refused_and_left_alone() {
     let server = start_server();
