@@ -35,6 +35,7 @@ RANK = {
     "duration": 0.1,
     "gostd": 0,
     "readfile": 0,
+    "resolve": 0,
 }
 # Same-rank edges that are allowed (operator commands may use supervision helpers).
 ALLOWED_SIDEWAYS = {("ops", "hold")}

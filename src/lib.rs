@@ -23,4 +23,5 @@ pub mod gostd;
 pub mod hold;
 pub mod ops;
 pub mod readfile;
+pub mod resolve;
 pub mod ui;

@@ -42,7 +42,24 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 /// How long a waiter that gave up may spend taking back a take-over (or slot write)
 /// whose answer did not come by `--timeout`: no command ran under it, and left alone it
 /// would cost conlock waiters its cushion.
-pub(super) const UNCERTAIN_CLEANUP: Duration = Duration::from_secs(1);
+const UNCERTAIN_CLEANUP: Duration = Duration::from_secs(1);
+
+/// A waiter gives up (`--timeout`): if it sent a take (`maybe_took`), the take may have
+/// landed, with no command run under it. `release` takes it back through a store
+/// bounded to `UNCERTAIN_CLEANUP`, also through an election.
+pub(super) fn take_back(
+    maybe_took: &AtomicBool,
+    store: &Store,
+    release: impl FnOnce(&Store) -> bool,
+) {
+    if maybe_took.swap(false, Ordering::SeqCst) {
+        let bounded = store.with_hard_deadline(
+            Instant::now() + UNCERTAIN_CLEANUP,
+            "taking back an unanswered take is bounded to 1s",
+        );
+        release(&bounded);
+    }
+}
 
 /// The holder record (`NAME.conlock`): who last held the lock through conlock, and
 /// whether it let go itself.
@@ -728,15 +745,9 @@ impl Claim for EtcdLock {
             match self.turn(c, session, &sid, (my_rev, first_at), deadline, wait)? {
                 Turn::Held(h) => return Ok(Some(h)),
                 Turn::Busy => {
-                    if self.maybe_took.swap(false, Ordering::SeqCst) {
-                        // The take-over may have landed: mark it released (no command
-                        // ran), so that conlock waiters keep no cushion for it.
-                        let bounded = store.with_hard_deadline(
-                            Instant::now() + UNCERTAIN_CLEANUP,
-                            "taking back an unanswered take-over is bounded to 1s",
-                        );
-                        self.release(&bounded, &sid);
-                    }
+                    // A take-over may have landed: marked released, so that conlock
+                    // waiters keep no cushion for it.
+                    take_back(&self.maybe_took, store, |s| self.release(s, &sid));
                     return Ok(None);
                 }
                 Turn::KeyGone => {

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
-    confirm_own_key, monitor_own_key, range_of, record_key, show, while_waiting, HolderRecord,
-    Waited, UNCERTAIN_CLEANUP,
+    confirm_own_key, monitor_own_key, range_of, record_key, show, take_back, while_waiting,
+    HolderRecord, Waited,
 };
 use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
@@ -587,15 +587,9 @@ impl Claim for EtcdSemaphore {
             match self.turn(c, session, &sid, my_rev, deadline, wait)? {
                 Some(Some(h)) => return Ok(Some(h)),
                 None => {
-                    if self.maybe_took.swap(false, Ordering::SeqCst) {
-                        // The slot write may have landed: give the slot back now (no
-                        // command ran), not after its cushion.
-                        let bounded = store.with_hard_deadline(
-                            Instant::now() + UNCERTAIN_CLEANUP,
-                            "taking back an unanswered slot write is bounded to 1s",
-                        );
-                        self.release(&bounded, &sid);
-                    }
+                    // A slot write may have landed: the slot goes back now, not after its
+                    // cushion.
+                    take_back(&self.maybe_took, store, |s| self.release(s, &sid));
                     return Ok(None);
                 }
                 Some(None) => {

@@ -1,12 +1,13 @@
 //! Blocking HTTP client for the parts of Consul's API that conlock uses.
 
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+
+use crate::resolve::NameCache;
 
 use super::config::{ConnConfig, FileSetting};
 use super::types::{AgentSelf, KvPair, QueryMeta, SessionCreated, SessionEntry, SessionRequest};
@@ -750,17 +751,12 @@ fn host_for_url(name: &str) -> String {
     }
 }
 
-/// How long a looked-up host name is trusted before it is looked up again.
-const NAME_CACHE: Duration = Duration::from_secs(30);
-
-/// ureq's default resolver starts a thread for every request once a timeout is set, even
-/// for an IP literal. The agent address is nearly always a literal or `localhost`: those
-/// need no lookup at all; other names are looked up (bounded by the timeout) and reused
-/// for `NAME_CACHE`, so DNS changes are still followed.
+/// The agent's resolver: literals and `localhost` without a lookup, other names cached
+/// (see `crate::resolve`), and a TLS server name pinned to the agent's real address.
 #[derive(Debug, Default, Clone)]
 struct AgentResolver {
     /// Shared by the clones (a client's agents): one lookup serves them all.
-    cached: Arc<Mutex<Option<(String, Instant, ResolvedSocketAddrs)>>>,
+    names: NameCache,
     /// With a TLS server name: the URL names that server, this is where it really is.
     pin: Option<Arc<Pin>>,
 }
@@ -798,53 +794,8 @@ impl Resolver for AgentResolver {
             }
             _ => uri,
         };
-        let (Some(authority), Some(scheme)) = (uri.authority(), uri.scheme_str()) else {
-            return DefaultResolver::default().resolve(uri, config, timeout);
-        };
-        let port = match (authority.port_u16(), scheme) {
-            (Some(p), _) => p,
-            (None, "https") => 443,
-            (None, _) => 80,
-        };
-        if let Some(ips) = ips_without_lookup(authority.host()) {
-            let family = config.ip_family();
-            let mut out = self.empty();
-            for addr in family.keep_wanted(ips.into_iter().map(|ip| SocketAddr::new(ip, port))) {
-                out.push(addr);
-            }
-            return if out.is_empty() {
-                Err(ureq::Error::HostNotFound)
-            } else {
-                Ok(out)
-            };
-        }
-        let key = format!("{scheme}://{authority}");
-        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((k, at, addrs)) = &*cached {
-            if *k == key && at.elapsed() < NAME_CACHE {
-                return Ok(addrs.clone());
-            }
-        }
-        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
-        *cached = Some((key, Instant::now(), addrs.clone()));
-        Ok(addrs)
+        self.names.resolve(uri, config, timeout)
     }
-}
-
-/// The addresses of an IP literal (`[::1]` bracketed) or of `localhost` (RFC 6761: always
-/// loopback); `None` for a name that needs a lookup.
-fn ips_without_lookup(host: &str) -> Option<Vec<IpAddr>> {
-    if host.eq_ignore_ascii_case("localhost") {
-        return Some(vec![
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ]);
-    }
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse::<IpAddr>().ok().map(|ip| vec![ip])
 }
 
 fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
@@ -1017,13 +968,8 @@ mod tests {
         };
         let a = Client::new(ConnConfig::resolve(&flags, &|_| None).unwrap()).unwrap();
         let b = a.with_own_connections();
-        assert!(Arc::ptr_eq(&a.resolver.cached, &b.resolver.cached));
-        *a.resolver.cached.lock().unwrap() = Some((
-            "http://consul.example:8500".into(),
-            Instant::now(),
-            a.resolver.empty(),
-        ));
-        assert!(b.resolver.cached.lock().unwrap().is_some());
+        assert!(a.resolver.names.is_shared_with(&b.resolver.names));
+        assert!(!a.resolver.names.is_shared_with(&NameCache::default()));
         assert_eq!(&*b.base_url, "http://consul.example:8500");
     }
 
@@ -1054,21 +1000,6 @@ mod tests {
         assert_eq!(next_index(10, 10), 10);
         assert_eq!(next_index(10, 3), 0);
         assert_eq!(next_index(0, 0), 1);
-    }
-
-    #[test]
-    fn literals_and_localhost_need_no_lookup() {
-        let v4: IpAddr = "10.1.2.3".parse().unwrap();
-        assert_eq!(ips_without_lookup("10.1.2.3"), Some(vec![v4]));
-        assert_eq!(
-            ips_without_lookup("[::1]"),
-            Some(vec![IpAddr::V6(Ipv6Addr::LOCALHOST)])
-        );
-        assert_eq!(
-            ips_without_lookup("LocalHost").unwrap()[0],
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        );
-        assert_eq!(ips_without_lookup("consul.service.consul"), None);
     }
 
     #[test]

@@ -2,14 +2,15 @@
 //! user/password authentication.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+
+use crate::resolve::NameCache;
 
 use super::config::{EtcdConfig, EtcdFile};
 use super::error::{excerpt, grpc, EtcdError, Result};
@@ -711,19 +712,12 @@ impl EtcdClient {
     }
 }
 
-/// How long a looked-up host name is trusted before it is looked up again.
-const NAME_CACHE: Duration = Duration::from_secs(30);
-
-/// ureq's default resolver starts a thread for every request once a timeout is set, even
-/// for an IP literal and on a pooled connection: six short threads per run, each
-/// unmapping its stack as it ends (a TLB flush of the CPU running conlock). Endpoints
-/// are nearly always literals or `localhost`: those need no lookup; other names are
-/// looked up (bounded by the timeout) and reused for `NAME_CACHE`, so DNS changes are
-/// still followed.
+/// The endpoints' resolver: literals and `localhost` without a lookup, other names
+/// cached (see `crate::resolve`).
 #[derive(Debug, Default, Clone)]
 struct EndpointResolver {
-    /// `scheme://authority`, when looked up, the addresses; shared by the clones.
-    cached: Arc<Mutex<Vec<(String, Instant, ResolvedSocketAddrs)>>>,
+    /// Shared by the clones (a client's agents): one lookup serves them all.
+    names: NameCache,
 }
 
 impl Resolver for EndpointResolver {
@@ -733,58 +727,8 @@ impl Resolver for EndpointResolver {
         config: &ureq::config::Config,
         timeout: ureq::unversioned::transport::NextTimeout,
     ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
-        let (Some(authority), Some(scheme)) = (uri.authority(), uri.scheme_str()) else {
-            return DefaultResolver::default().resolve(uri, config, timeout);
-        };
-        let port = match (authority.port_u16(), scheme) {
-            (Some(p), _) => p,
-            (None, "https") => 443,
-            (None, _) => 80,
-        };
-        if let Some(ips) = ips_without_lookup(authority.host()) {
-            let mut out = self.empty();
-            let family = config.ip_family();
-            for addr in family.keep_wanted(ips.into_iter().map(|ip| SocketAddr::new(ip, port))) {
-                out.push(addr);
-            }
-            return if out.is_empty() {
-                Err(ureq::Error::HostNotFound)
-            } else {
-                Ok(out)
-            };
-        }
-        let key = format!("{scheme}://{authority}");
-        {
-            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, _, addrs)) = cached
-                .iter()
-                .find(|(k, at, _)| *k == key && at.elapsed() < NAME_CACHE)
-            {
-                return Ok(addrs.clone());
-            }
-        }
-        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
-        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        cached.retain(|(k, _, _)| *k != key);
-        cached.push((key, Instant::now(), addrs.clone()));
-        Ok(addrs)
+        self.names.resolve(uri, config, timeout)
     }
-}
-
-/// The addresses of an IP literal (`[::1]` bracketed) or of `localhost` (RFC 6761: always
-/// loopback); `None` for a name that needs a lookup.
-fn ips_without_lookup(host: &str) -> Option<Vec<IpAddr>> {
-    if host.eq_ignore_ascii_case("localhost") {
-        return Some(vec![
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ]);
-    }
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse::<IpAddr>().ok().map(|ip| vec![ip])
 }
 
 fn is_timeout(e: &ureq::Error) -> bool {
