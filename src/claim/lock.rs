@@ -191,9 +191,15 @@ impl Claim for Lock {
         let mut puzzles = claim::Puzzles::default();
         // A read made by the last attempt, for the next turn of the loop.
         let mut looked = None;
+        // When we last replaced the session: one Consul calls invalid within its TTL (it
+        // keeps one 2 TTL) makes no sense, and replacing it again at once would loop.
+        let mut replaced_at: Option<Instant> = None;
         loop {
-            if session.lost().is_some() && !claim::replace_session(session, deadline)? {
-                return Ok(None);
+            if session.lost().is_some() {
+                if !claim::replace_session(session, deadline)? {
+                    return Ok(None);
+                }
+                replaced_at = Some(Instant::now());
             }
             let session_id = session.id();
             let q = match deadline {
@@ -275,13 +281,24 @@ impl Claim for Lock {
                     claim::sleep_until_deadline(retry.after, deadline);
                 }
                 Ok(Take::InvalidSession) => {
-                    puzzles.clear();
+                    if replaced_at.is_some_and(|t| t.elapsed() < session.ttl()) {
+                        let what = format!("the acquire of key {:?}", self.key);
+                        let detail = format!(
+                            "Consul refused it with the new session {session_id} (invalid session)"
+                        );
+                        if !puzzles.puzzled(client, &what, detail, deadline)? {
+                            return Ok(None);
+                        }
+                    } else {
+                        puzzles.clear();
+                    }
                     ui::verbose(format_args!(
                         "session {session_id} is gone; creating a new one"
                     ));
                     if !claim::replace_session(session, deadline)? {
                         return Ok(None);
                     }
+                    replaced_at = Some(Instant::now());
                 }
                 Ok(Take::Puzzling(detail)) => {
                     let what = format!("the acquire of key {:?}", self.key);

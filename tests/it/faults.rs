@@ -578,7 +578,6 @@ fn a_waiter_that_cannot_replace_its_lost_session_at_once_keeps_waiting() {
 /// make a lock waiter create sessions and acquire in a loop without a pause (the
 /// semaphore calls a fresh session refused at once a puzzle: a pause, then exit 125).
 #[test]
-#[ignore = "review3 finding 1: a lock waiter whose new sessions are all refused as invalid spins"]
 fn a_lock_waiter_whose_fresh_sessions_are_all_refused_does_not_spin() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -610,6 +609,9 @@ fn a_lock_waiter_whose_fresh_sessions_are_all_refused_does_not_spin() {
     assert!(n >= 1, "the waiter never created a session: {err}");
     // One session, one replacement after the first refusal, then a pause and an error
     // (or busy at --timeout): a handful, not one per round trip for 4 s.
-    assert!(n <= 4, "{n} sessions created in 4 s (exit {st:?}): a request loop\n{err}");
+    assert!(
+        n <= 4,
+        "{n} sessions created in 4 s (exit {st:?}): a request loop\n{err}"
+    );
     assert_ne!(st.code(), Some(0), "{err}");
 }
