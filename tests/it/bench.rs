@@ -230,6 +230,10 @@ fn bench_etcd_rows_beside_etcdctl_lock() {
         assert_eq!(run.status.code(), Some(1));
     } else {
         assert!(!sem.contains("not avail."), "{sem}");
+        // The limit is a safety row: a MISS there is a broken semaphore, never the load
+        // (the exit status above accepts any MISS; review3 finding 3).
+        let peak = line(&stdout, "14 etcd semaphore max concurrent");
+        assert!(peak.contains(" PASS"), "{peak}\n{stdout}\n{stderr}");
     }
     let json: serde_json::Value = serde_json::from_str(&read(&out)).unwrap();
     assert!(json["tools"]["etcdctl"]["12_etcd_uncontended"]["wall_ms_p50"].is_number());
