@@ -82,6 +82,7 @@ fn bench_compares_with_a_consul_lock_stand_in() {
     for label in [
         "2 handoff, 10 waiters, overlaps",
         "2 handoff, 5 waiters, overlaps",
+        "2 handoff, 1 waiter, overlaps",
     ] {
         assert!(line(&stdout, label).contains("PASS"), "{stdout}");
     }
