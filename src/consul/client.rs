@@ -258,6 +258,20 @@ impl Client {
                 .rsplit_once(':')
                 .map_or("8501", |(_, p)| p)
                 .to_string();
+            // A proxy would be asked (CONNECT) for the server name, not for the agent's
+            // address (`consul lock` asks it for the address): go direct where NO_PROXY
+            // says so for the address, else refuse rather than reach another agent.
+            if !cfg.is_loopback() {
+                let host = cfg.host();
+                if no_proxy_matches(&host) {
+                    builder = builder.proxy(None);
+                } else if let Some((var, value)) = env_proxy() {
+                    return Err(ConsulError::Tls(format!(
+                        "--tls-server-name {name} cannot go through the proxy in {var} ({value}): it would be asked for {name}, not for the agent at {}; add {host} to NO_PROXY or unset {var}",
+                        cfg.addr
+                    )));
+                }
+            }
             resolver.pin = Some(Arc::new(Pin {
                 name: format!("{}:{port}", host_for_url(&name)),
                 real: cfg.base_url.clone(),
@@ -742,6 +756,44 @@ impl Client {
         }
         url
     }
+}
+
+/// The proxy from the environment that ureq would use, as (variable, value).
+fn env_proxy() -> Option<(&'static str, String)> {
+    [
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+    ]
+    .into_iter()
+    .find_map(|v| {
+        std::env::var(v)
+            .ok()
+            .filter(|x| !x.trim().is_empty())
+            .map(|x| (v, x))
+    })
+}
+
+/// Whether NO_PROXY (or no_proxy) exempts `host`, as Go reads it: `*`, the host itself,
+/// or a domain it lies in (`example.com` or `.example.com`).
+fn no_proxy_matches(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let list = std::env::var("NO_PROXY")
+        .or_else(|_| std::env::var("no_proxy"))
+        .unwrap_or_default();
+    list.split(',').map(str::trim).any(|e| {
+        let e = e.trim_start_matches('[').trim_end_matches(']');
+        let e = e.strip_prefix('.').unwrap_or(e);
+        e == "*"
+            || (!e.is_empty()
+                && (host.eq_ignore_ascii_case(e)
+                    || host
+                        .to_ascii_lowercase()
+                        .ends_with(&format!(".{}", e.to_ascii_lowercase()))))
+    })
 }
 
 fn host_for_url(name: &str) -> String {

@@ -158,12 +158,19 @@ impl ConnConfig {
         self.base_url.starts_with("https://")
     }
 
+    /// The agent's host, without brackets or port.
+    pub fn host(&self) -> String {
+        match self.addr.rsplit_once(':') {
+            Some((h, _)) if !h.is_empty() => h.trim_start_matches('[').trim_end_matches(']'),
+            _ => self.addr.as_str(),
+        }
+        .to_string()
+    }
+
     /// Loopback addresses never go through a proxy from the environment.
     pub fn is_loopback(&self) -> bool {
-        let host = match self.addr.rsplit_once(':') {
-            Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
-            None => self.addr.as_str(),
-        };
+        let host = self.host();
+        let host = host.as_str();
         host.eq_ignore_ascii_case("localhost")
             || host
                 .parse::<std::net::IpAddr>()

@@ -616,15 +616,15 @@ fn a_lock_waiter_whose_fresh_sessions_are_all_refused_does_not_spin() {
     assert_ne!(st.code(), Some(0), "{err}");
 }
 
-/// REVIEW3 finding 2: with a TLS server name, the request URL names that server and
-/// the resolver pins it to the agent's address; a proxy from the environment is asked
-/// for the URL's host instead, so it connects to whatever `server.dc1.consul` (Consul's
-/// default server name, the same in every cluster) is where the proxy stands, not to the
-/// agent. `consul lock` (Go's ProxyFromEnvironment on the agent's address) never asks a
-/// proxy for the server name. The agent here is IPv4-mapped loopback, which conlock
-/// does not take for loopback, so the proxy is used; all traffic stays on loopback.
+/// With a TLS server name, the request URL names that server and the resolver pins it
+/// to the agent's address; a proxy from the environment would be asked for the URL's
+/// host, so it would connect to whatever `server.dc1.consul` (Consul's default server
+/// name, the same in every cluster) is where the proxy stands, not to the agent. conlock
+/// refuses that (exit 125, before any request) unless NO_PROXY exempts the agent's
+/// address, which then goes direct, as `consul lock` (Go's ProxyFromEnvironment on the
+/// agent's address) does. The agent here is IPv4-mapped loopback, which conlock does not
+/// take for loopback, so the proxy applies; all traffic stays on loopback.
 #[test]
-#[ignore = "review3 finding 2: a proxy from the environment is asked for the TLS server name, not the agent's address"]
 fn a_proxy_is_never_asked_for_the_tls_server_name() {
     let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = proxy.local_addr().unwrap().port();
@@ -661,5 +661,35 @@ fn a_proxy_is_never_asked_for_the_tls_server_name() {
     assert!(
         !line.contains("server.dc1.consul"),
         "the proxy was asked for the TLS server name: {line:?}\n{err}"
+    );
+    // Refused before any request, saying what to do (not passed by going elsewhere).
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("cannot go through the proxy in HTTPS_PROXY")
+            && err.contains("add ::ffff:127.0.0.1 to NO_PROXY"),
+        "{err}"
+    );
+    // Exempted by NO_PROXY: direct to the agent's address (nobody listens there); the
+    // proxy sees no connection.
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = proxy.local_addr().unwrap().port();
+    let out = std::process::Command::new(BIN)
+        .env_remove("no_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("https_proxy")
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{port}"))
+        .env("NO_PROXY", "example.com,::ffff:127.0.0.1")
+        .args(["run", "--key", "k", "--timeout", "1s"])
+        .args(["--http-addr", "https://[::ffff:127.0.0.1]:8501"])
+        .args(["--tls-server-name", "server.dc1.consul", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach Consul at"), "{err}");
+    proxy.set_nonblocking(true).unwrap();
+    assert!(
+        proxy.accept().is_err(),
+        "NO_PROXY names the agent, yet the proxy was used: {err}"
     );
 }
