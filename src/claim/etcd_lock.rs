@@ -161,6 +161,34 @@ fn released_record(key: &str, create_revision: i64) -> HolderRecord {
     }
 }
 
+/// Our key's create revision for a release: `known`, or (0: the guardian, which does not
+/// know it) the key as it is now, if it is on our `lease`. `None`: nothing to release,
+/// or etcd could not say (then said, naming `what`).
+pub(super) fn own_key_rev(
+    r: &mut EtcdReleasing,
+    key: &str,
+    lease: i64,
+    known: i64,
+    what: &str,
+) -> Option<i64> {
+    if known != 0 {
+        return Some(known);
+    }
+    match r.retry(|c| c.range(&RangeRequest::key(key.to_string()))) {
+        Ok(g) => g
+            .kvs
+            .first()
+            .filter(|kv| kv.lease == lease)
+            .map(|kv| kv.create_revision),
+        Err(e) => {
+            ui::warn(format_args!(
+                "could not release {what}: {e}; it frees when the lease ends"
+            ));
+            None
+        }
+    }
+}
+
 /// What `take_after` did.
 enum TakeAfter {
     /// We hold: the record is ours, written at this revision.
@@ -801,22 +829,9 @@ impl Claim for EtcdLock {
         let mut r = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
-        // Our key as it is now (the guardian does not know our revision).
-        let my_rev = match self.my_rev.load(Ordering::SeqCst) {
-            0 => match r.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
-                Ok(r) => match r.kvs.first() {
-                    Some(kv) if kv.lease == lease => kv.create_revision,
-                    _ => return false,
-                },
-                Err(e) => {
-                    ui::warn(format_args!(
-                        "could not release {}: {e}; it frees when the lease ends",
-                        self.describe()
-                    ));
-                    return false;
-                }
-            },
-            r => r,
+        let known = self.my_rev.load(Ordering::SeqCst);
+        let Some(my_rev) = own_key_rev(&mut r, &key, lease, known, &self.describe()) else {
+            return false;
         };
         // Mark the record released only if it is ours: a holder that never started its
         // command (it gave up during the cushion) leaves the previous holder's. The one

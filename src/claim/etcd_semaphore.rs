@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::etcd_lock::{
-    confirm_own_key, monitor_own_key, range_of, record_key, show, take_back, while_waiting,
-    HolderRecord, Waited,
+    confirm_own_key, monitor_own_key, own_key_rev, range_of, record_key, show, take_back,
+    while_waiting, HolderRecord, Waited,
 };
 use super::store::{lease_id, EtcdReleasing, Store, StoreError};
 use super::{
@@ -642,22 +642,9 @@ impl Claim for EtcdSemaphore {
         let mut c = EtcdReleasing::new(store.etcd());
         let key = self.key_of(session_id);
         let lease = lease_id(session_id).unwrap_or(0);
-        let my_rev = match self.my_rev.load(Ordering::SeqCst) {
-            // The guardian does not know our revision: our key as it is now.
-            0 => match c.retry(|c| c.range(&RangeRequest::key(key.clone()))) {
-                Ok(r) => match r.kvs.first() {
-                    Some(kv) if kv.lease == lease => kv.create_revision,
-                    _ => return false,
-                },
-                Err(e) => {
-                    ui::warn(format_args!(
-                        "could not release {}: {e}; it frees when the lease ends, after the lock-delay",
-                        self.describe()
-                    ));
-                    return false;
-                }
-            },
-            r => r,
+        let known = self.my_rev.load(Ordering::SeqCst);
+        let Some(my_rev) = own_key_rev(&mut c, &key, lease, known, &self.describe()) else {
+            return false;
         };
         // Our key and our slot record go together, only while the key is ours: a holder
         // whose key went otherwise leaves its record for the waiters' cushion.

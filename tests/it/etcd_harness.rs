@@ -763,3 +763,21 @@ pub fn assert_not_adopted(out: &std::process::Output, ran: &Path) {
         "conlock's lease was not in the range the test covered: {err}"
     );
 }
+
+/// `etcdctl lock NAME -- sh -c CMD`, started (stderr piped); `None` without etcdctl.
+pub fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Option<Child> {
+    let bin = etcdctl_bin(Path::new("etcd"))?;
+    Some(
+        Command::new(bin)
+            .env_clear()
+            .env("ETCDCTL_API", "3")
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg(format!("--endpoints={}", etcd.endpoint()))
+            .args(["lock", name, "--", "sh", "-c", cmd])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}

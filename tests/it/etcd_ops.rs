@@ -2,11 +2,11 @@
 //! lock (conlock and etcdctl holders) and on the semaphore.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::etcd_harness::{
-    conlock_etcd, etcdctl_bin, heartbeat_job, keys_under, now_ns, spans, Etcd,
+    conlock_etcd, etcdctl_bin, etcdctl_lock, heartbeat_job, keys_under, now_ns, spans, Etcd,
 };
 use crate::etcd_sem::{run_sem, unique_name, wait_keys};
 use crate::harness::{logged_job, read, scratch, until_exists, wait_exit, wait_for, KillOnDrop};
@@ -24,23 +24,6 @@ fn run_lock(etcd: &Etcd, name: &str, ld: &str, cmd: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Option<Child> {
-    let bin = etcdctl_bin(Path::new("etcd"))?;
-    Some(
-        Command::new(bin)
-            .env_clear()
-            .env("ETCDCTL_API", "3")
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .arg(format!("--endpoints={}", etcd.endpoint()))
-            .args(["lock", name, "--", "sh", "-c", cmd])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
 }
 
 /// `conlock ARGS` on etcd: (exit code, stdout, stderr).

@@ -11,8 +11,8 @@ use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    assert_not_adopted, conlock_etcd, conlock_etcd_at, etcdctl_bin, heartbeat_job, keys_under,
-    now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys, put_pattern, spans,
+    assert_not_adopted, conlock_etcd, conlock_etcd_at, etcdctl_bin, etcdctl_lock, heartbeat_job,
+    keys_under, now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys, put_pattern, spans,
     with_timings, Etcd, EtcdCluster, EtcdOptions, FAST,
 };
 use crate::harness::{bytes_contain, fault_proxy, Fault};
@@ -45,22 +45,6 @@ fn run_lock_at(endpoints: &str, name: &str, extra: &[&str], cmd: &str) -> Child 
         .args(["run", "--key", name])
         .args(with_timings(extra))
         .args(["--", "sh", "-c", cmd])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// `etcdctl lock NAME -- sh -c CMD`, started.
-fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Child {
-    let bin = etcdctl_bin(Path::new("etcd")).expect("etcdctl");
-    Command::new(bin)
-        .env_clear()
-        .env("ETCDCTL_API", "3")
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .arg(format!("--endpoints={}", etcd.endpoint()))
-        .args(["lock", name, "--", "sh", "-c", cmd])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
@@ -215,11 +199,12 @@ fn conlock_and_etcdctl_lock_exclude_each_other_both_ways() {
     let dir = scratch("etcd-interop");
     let log = dir.join("log");
     // etcdctl first, then conlock, then etcdctl again, each queued behind the last.
-    let e1 = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 1")));
+    let e1 = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 1")).expect("etcdctl"));
     wait_keys(&c, &name, 1);
     let k = KillOnDrop(run_lock(etcd, &name, &["-q"], &logged_job(&log, "sleep 1")));
     wait_keys(&c, &name, 2);
-    let e2 = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")));
+    let e2 =
+        KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")).expect("etcdctl"));
     wait_keys(&c, &name, 3);
     for mut p in [e1, k, e2] {
         let st = wait_exit(&mut p.0, LONG);
@@ -333,7 +318,8 @@ fn sigstop_of_conlock_the_guardian_kills_the_command_before_the_lease_expires() 
     assert!(wait_for(LONG, || read(&log).contains("A ")));
     // etcdctl gets no cushion: it takes the lock as soon as the lease expires.
     // Its job lasts long enough for a command that still ran to show a heartbeat.
-    let mut e = KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")));
+    let mut e =
+        KillOnDrop(etcdctl_lock(etcd, &name, &logged_job(&log, "sleep 0.5")).expect("etcdctl"));
     wait_keys(&c, &name, 2);
     signal(h.0.id(), libc::SIGSTOP);
     let st = wait_exit(&mut e.0, LONG);
