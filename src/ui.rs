@@ -488,6 +488,8 @@ mod tests {
         })
         .join()
         .unwrap();
+        // Written: the thread has run, so it carries its name (it sets it itself).
+        q.flush();
         let mask = blocked_of_thread("quiet-test").expect("the writer thread is running");
         let bit = 1u64 << (libc::SIGCHLD - 1);
         assert_ne!(mask & bit, 0, "SIGCHLD is not blocked: SigBlk {mask:016x}");
