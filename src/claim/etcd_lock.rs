@@ -7,10 +7,10 @@
 //! etcd has no lock-delay. conlock emulates Consul's for conlock waiters with the holder
 //! record `NAME.conlock` (outside the prefix, so etcdctl never sees it as a contender):
 //! a holder writes it (its key, create revision and lock-delay) before its command
-//! starts, and marks it released, together with deleting its key, only once the command
-//! is gone. A conlock contender that finds itself first and the record not released
-//! waits the recorded lock-delay from that moment before it holds: whatever ended the
-//! previous holder (expiry, revoke, deletion by someone else) happened before. See
+//! starts, and deletes it, together with its key, only once the command is gone. A
+//! conlock contender that finds itself first and another's record left waits the
+//! recorded lock-delay from that moment before it holds: whatever ended the previous
+//! holder (expiry, revoke, deletion by someone else) happened before. See
 //! docs/safety.md, "etcd".
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -61,18 +61,30 @@ pub(super) fn take_back(
     }
 }
 
-/// The holder record (`NAME.conlock`): who last held the lock through conlock, and
-/// whether it let go itself.
+/// The holder record (`NAME.conlock`): the conlock holder that has not let go itself.
+/// A release deletes it (earlier builds marked it `released`, which still counts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderRecord {
     /// The holder's key (`NAME/<lease hex>`).
     pub key: String,
+    /// The key's create revision; 0 in a record written in the txn that created the key
+    /// (which cannot know it): then the record's own mod revision (see `parse_record`).
     pub create_revision: i64,
     /// The cushion conlock waiters give it if it did not let go itself.
     pub lock_delay_ms: u64,
     /// Its command was gone when it let go.
     #[serde(default)]
     pub released: bool,
+}
+
+/// The holder record stored in `kv`, its create revision resolved (0: written in the txn
+/// that created the key, so the record's mod revision).
+pub fn parse_record(kv: &KeyValue) -> Option<HolderRecord> {
+    let mut rec = serde_json::from_slice::<HolderRecord>(&kv.value).ok()?;
+    if rec.create_revision == 0 {
+        rec.create_revision = kv.mod_revision;
+    }
+    Some(rec)
 }
 
 pub struct EtcdLock {
@@ -150,15 +162,10 @@ fn older_than(prefix: &str, my_rev: i64) -> RangeRequest {
     }
 }
 
-/// The record a holder's own release leaves: `released`, and no lock-delay (none is owed
-/// after a release), so that its successor can name it exactly in a compare.
-fn released_record(key: &str, create_revision: i64) -> HolderRecord {
-    HolderRecord {
-        key: key.to_string(),
-        create_revision,
-        lock_delay_ms: 0,
-        released: true,
-    }
+/// `record` does not exist: the last conlock holder let go itself (its release deletes
+/// the record), or none ever held.
+fn no_record(record: String) -> Compare {
+    Compare::create_revision(record, CompareResult::Equal, 0)
 }
 
 /// Our key's create revision for a release: `known`, or (0: the guardian, which does not
@@ -206,11 +213,8 @@ pub(super) fn range_of(r: Option<&ResponseOp>) -> Option<&RangeResponse> {
 
 /// The holder record a range of its key found, with its mod revision.
 fn record_in(r: Option<&RangeResponse>) -> Record {
-    r.and_then(|g| g.kvs.first()).and_then(|kv| {
-        serde_json::from_slice::<HolderRecord>(&kv.value)
-            .ok()
-            .map(|rec| (rec, kv.mod_revision))
-    })
+    r.and_then(|g| g.kvs.first())
+        .and_then(|kv| parse_record(kv).map(|rec| (rec, kv.mod_revision)))
 }
 
 /// `lease(key) == lease`: a key named after our lease but written by someone else, on
@@ -221,6 +225,10 @@ fn on_lease(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
 
 /// A holder record and its mod revision, if there is one.
 type Record = Option<(HolderRecord, i64)>;
+
+/// What `enqueue` did: our create revision, whether the uncontended take happened, and,
+/// when we are first already, the header revision and the record as of then.
+type Enqueued = (i64, bool, Option<(i64, Record)>);
 
 pub(super) fn show(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
@@ -283,16 +291,40 @@ enum Turn {
 
 impl EtcdLock {
     /// Creates our key (or finds it, after a txn whose answer was lost): etcdctl's txn,
-    /// plus a read of the holder record. Returns our create revision and, when we are
-    /// first already, the header revision and the record as of then.
+    /// plus a read of the holder record, plus the uncontended take: a nested txn that
+    /// writes our record `mine` if, before our put, no key was under the prefix and no
+    /// record was left (rule 3 with nothing to wait for, in the same write). Returns our
+    /// create revision, whether that take happened and, when we are first already, the
+    /// header revision and the record as of then.
     fn enqueue(
         &self,
         c: &EtcdClient,
         sid: &str,
         lease: i64,
-    ) -> std::result::Result<(i64, Option<(i64, Record)>), EtcdError> {
+        mine: &HolderRecord,
+    ) -> std::result::Result<Enqueued, EtcdError> {
         let my_key = self.key_of(sid);
         let prefix = self.prefix();
+        // Nested compares see the store before the outer put (etcd's txn applies all
+        // compares first), so "empty prefix" excludes our own new key by construction.
+        let uncontended = TxnRequest {
+            compare: vec![
+                Compare {
+                    range_end: prefix_range_end(prefix.as_bytes()),
+                    ..Compare::create_revision(prefix.clone(), CompareResult::Equal, 0)
+                },
+                no_record(self.record_key()),
+            ],
+            success: vec![RequestOp::Put(PutRequest::new(
+                self.record_key(),
+                serde_json::to_vec(&HolderRecord {
+                    create_revision: 0,
+                    ..mine.clone()
+                })
+                .expect("json"),
+            ))],
+            failure: vec![],
+        };
         let req = TxnRequest {
             compare: vec![Compare::create_revision(
                 my_key.clone(),
@@ -306,6 +338,7 @@ impl EtcdLock {
                 }),
                 RequestOp::Range(first_by_create(&prefix)),
                 RequestOp::Range(RangeRequest::key(self.record_key())),
+                RequestOp::Txn(Box::new(uncontended)),
             ],
             failure: vec![
                 RequestOp::Range(RangeRequest::key(my_key.clone())),
@@ -334,8 +367,11 @@ impl EtcdLock {
             .and_then(|g| g.kvs.first())
             .map(|kv| kv.create_revision);
         let record = record_in(range_of(r.responses.get(2)));
+        let took =
+            r.succeeded && matches!(r.responses.get(3), Some(ResponseOp::Txn(t)) if t.succeeded);
         Ok((
             my_rev,
+            took,
             (first == Some(my_rev)).then_some((r.header.revision, record)),
         ))
     }
@@ -372,21 +408,19 @@ impl EtcdLock {
     }
 
     /// On the wake-up by our predecessor's deletion: takes the lock in one txn if we are
-    /// first and the record says `pred` released it itself (what its release writes, see
-    /// `released_record`), so no cushion is owed; else reads what `predecessor` reads.
+    /// first and no record is left (the last conlock holder let go itself: its release
+    /// deletes the record), so no cushion is owed; else reads what `predecessor` reads.
     /// The compares check at one moment what a look and the record write check at two.
     fn take_after(
         &self,
         c: &EtcdClient,
         sid: &str,
         my_rev: i64,
-        pred: &KeyValue,
         mine: &HolderRecord,
     ) -> std::result::Result<TakeAfter, EtcdError> {
         let my_key = self.key_of(sid);
         let lease = lease_id(sid).unwrap_or(0);
         let prefix = self.prefix();
-        let released = released_record(&show(&pred.key), pred.create_revision);
         let req = TxnRequest {
             compare: vec![
                 Compare::create_revision(my_key.clone(), CompareResult::Equal, my_rev),
@@ -396,11 +430,7 @@ impl EtcdLock {
                     range_end: prefix_range_end(prefix.as_bytes()),
                     ..Compare::create_revision(prefix.clone(), CompareResult::Greater, my_rev - 1)
                 },
-                Compare::new(
-                    self.record_key(),
-                    CompareTarget::Value(serde_json::to_vec(&released).expect("json")),
-                    CompareResult::Equal,
-                ),
+                no_record(self.record_key()),
             ],
             success: vec![RequestOp::Put(PutRequest::new(
                 self.record_key(),
@@ -430,15 +460,17 @@ impl EtcdLock {
         ))))
     }
 
-    /// Whether our key `key` (created at `my_rev`) is gone and the record says we
-    /// released it ourselves: a release whose answer was lost did land.
+    /// Whether our key `key` (created at `my_rev`) is gone and no record of ours is left:
+    /// a release whose answer was lost did land. (After a revoke our record stays until a
+    /// successor has kept the cushion; a release is sent only once the command is gone,
+    /// so a record taken over since then does not make this a lie that matters.)
     fn released_by_us(&self, r: &mut EtcdReleasing, key: &str, my_rev: i64) -> bool {
         let gone = r
             .retry(|c| c.range(&RangeRequest::key(key.to_string())))
             .is_ok_and(|g| g.kvs.is_empty());
         gone && matches!(
             r.retry(|c| self.read_record(c)),
-            Ok(Some((rec, _))) if rec.key == key && rec.create_revision == my_rev && rec.released
+            Ok(rec) if !rec.as_ref().is_some_and(|(rec, _)| rec.key == key && rec.create_revision == my_rev)
         )
     }
 
@@ -466,8 +498,8 @@ impl EtcdLock {
             lock_delay_ms: session.lock_delay().as_millis() as u64,
             released: false,
         };
-        // The predecessor whose deletion woke us.
-        let mut woke_by: Option<KeyValue> = None;
+        // Woken by our predecessor's deletion.
+        let mut woke = false;
         // Wait until no older key is left; the record as of that read.
         let (lock_rev, record) = loop {
             if session.lost().is_some() {
@@ -476,25 +508,24 @@ impl EtcdLock {
             if let Some(first) = first_at.take() {
                 break first;
             }
-            let looked = match woke_by.take() {
-                Some(pred) => {
-                    let sent = BootInstant::now();
-                    self.maybe_took.store(true, Ordering::SeqCst);
-                    match while_waiting(self.take_after(c, sid, my_rev, &pred, &mine), deadline)? {
-                        Waited::Got(TakeAfter::Took(rev)) => {
-                            // The compares saw the store as of the revision before our put.
-                            return Ok(Turn::Held(self.took(mine, my_rev, rev - 1, rev, sent)));
-                        }
-                        Waited::Got(TakeAfter::Looked(l)) => l,
-                        Waited::Retry => continue,
-                        Waited::Busy => return Ok(Turn::Busy),
+            let looked = if std::mem::take(&mut woke) {
+                let sent = BootInstant::now();
+                self.maybe_took.store(true, Ordering::SeqCst);
+                match while_waiting(self.take_after(c, sid, my_rev, &mine), deadline)? {
+                    Waited::Got(TakeAfter::Took(rev)) => {
+                        // The compares saw the store as of the revision before our put.
+                        return Ok(Turn::Held(self.took(mine, my_rev, rev - 1, rev, sent)));
                     }
+                    Waited::Got(TakeAfter::Looked(l)) => l,
+                    Waited::Retry => continue,
+                    Waited::Busy => return Ok(Turn::Busy),
                 }
-                None => match while_waiting(self.predecessor(c, sid, my_rev), deadline)? {
+            } else {
+                match while_waiting(self.predecessor(c, sid, my_rev), deadline)? {
                     Waited::Got(l) => l,
                     Waited::Retry => continue,
                     Waited::Busy => return Ok(Turn::Busy),
-                },
+                }
             };
             let Some((pred, rev, record)) = looked else {
                 // The #11456 check: our key (and so our lease) is gone.
@@ -535,7 +566,7 @@ impl EtcdLock {
             loop {
                 match stream.next_response() {
                     Ok(Some(r)) if r.events.iter().any(|e| e.kind == EventType::Delete) => {
-                        woke_by = Some(pred);
+                        woke = true;
                         break;
                     }
                     Ok(Some(_)) => {}
@@ -757,11 +788,34 @@ impl Claim for EtcdLock {
                     "session {sid:?} is not an etcd lease ID"
                 )));
             };
-            let (my_rev, first_at) = match while_waiting(self.enqueue(c, &sid, lease), deadline)? {
-                Waited::Got(r) => r,
-                Waited::Retry => continue,
-                Waited::Busy => return Ok(None),
+            let mine = HolderRecord {
+                key: self.key_of(&sid),
+                create_revision: 0,
+                lock_delay_ms: session.lock_delay().as_millis() as u64,
+                released: false,
             };
+            let sent = BootInstant::now();
+            // Its nested take may land unanswered: a waiter that gives up takes it back.
+            self.maybe_took.store(true, Ordering::SeqCst);
+            let (my_rev, took, first_at) =
+                match while_waiting(self.enqueue(c, &sid, lease, &mine), deadline)? {
+                    Waited::Got(r) => r,
+                    Waited::Retry => continue,
+                    Waited::Busy => {
+                        take_back(&self.maybe_took, store, |s| self.release(s, &sid));
+                        return Ok(None);
+                    }
+                };
+            self.maybe_took.store(took, Ordering::SeqCst);
+            if took {
+                // Uncontended: the txn that created our key (at `my_rev`, its revision)
+                // also wrote our record; its success is the first confirmation.
+                let mine = HolderRecord {
+                    create_revision: my_rev,
+                    ..mine
+                };
+                return Ok(Some(self.took(mine, my_rev, my_rev, my_rev, sent)));
+            }
             if my_rev == 0 {
                 // Our txn found the key gone between compare and read: the lease went.
                 ui::verbose(format_args!("lease {sid} is gone; granting a new one"));
@@ -833,8 +887,8 @@ impl Claim for EtcdLock {
         let Some(my_rev) = own_key_rev(&mut r, &key, lease, known, &self.describe()) else {
             return false;
         };
-        // Mark the record released only if it is ours: a holder that never started its
-        // command (it gave up during the cushion) leaves the previous holder's. The one
+        // Delete the record only if it is ours: a holder that never started its command
+        // (it gave up during the cushion) leaves the previous holder's. The one
         // we wrote is known here, without a read (the txn compares its mod revision); the
         // guardian, or a record changed since, reads it.
         let written = self.written.lock().unwrap().take();
@@ -850,19 +904,14 @@ impl Claim for EtcdLock {
         let mut success = vec![RequestOp::DeleteRange(DeleteRangeRequest::key(key.clone()))];
         if let Ok(Some((rec, mod_rev))) = record {
             if rec.key == key && rec.create_revision == my_rev {
-                let rec = released_record(&rec.key, my_rev);
                 compare.push(Compare::new(
                     self.record_key(),
                     CompareTarget::Mod(mod_rev),
                     CompareResult::Equal,
                 ));
-                success.insert(
-                    0,
-                    RequestOp::Put(PutRequest::new(
-                        self.record_key(),
-                        serde_json::to_vec(&rec).expect("json"),
-                    )),
-                );
+                success.push(RequestOp::DeleteRange(DeleteRangeRequest::key(
+                    self.record_key(),
+                )));
             }
         }
         let req = TxnRequest {
@@ -878,7 +927,7 @@ impl Claim for EtcdLock {
             // The record we wrote was changed since: read it, and try once more.
             Ok(_) if known => self.release(store, session_id),
             // Released already by a try whose answer was lost (the client sends it again
-            // on another endpoint): our key is gone and the record says we released.
+            // on another endpoint): our key is gone and no record of ours is left.
             Ok(_) if self.released_by_us(&mut r, &key, my_rev) => {
                 ui::verbose(format_args!("released {}", self.describe()));
                 true

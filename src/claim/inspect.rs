@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use super::describe::{decode_value, holder, Holder};
-use super::etcd_lock::{record_key, HolderRecord};
+use super::etcd_lock::{parse_record, record_key, HolderRecord};
 use super::etcd_semaphore::{contenders_of, limit_key_of, records_of};
 use super::lockdelay;
 use super::semaphore::LockState;
@@ -521,11 +521,9 @@ fn etcd_read(c: &EtcdClient, target: &Target) -> Result<(Snapshot, u64)> {
     };
     let rev = r.header.revision as u64;
     if !semaphore {
-        let record = lock_record
-            .first()
-            .and_then(|kv| serde_json::from_slice::<HolderRecord>(&kv.value).ok());
-        // The cushion: the last conlock holder's end was not its own release (its key
-        // is gone). conlock waiters wait its lock-delay before they hold.
+        let record = lock_record.first().and_then(parse_record);
+        // The cushion: a conlock holder's record is left but its key is gone (its end was
+        // not its own release). conlock waiters wait its lock-delay before they hold.
         let cushion = record.filter(|rec| {
             !rec.released
                 && rec.lock_delay_ms > 0

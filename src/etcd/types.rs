@@ -364,6 +364,9 @@ pub enum RequestOp {
     Put(PutRequest),
     #[serde(rename = "request_delete_range")]
     DeleteRange(DeleteRangeRequest),
+    /// A nested txn (etcd 3.3+): its compares see the store as before the outer txn.
+    #[serde(rename = "request_txn")]
+    Txn(Box<TxnRequest>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -374,7 +377,7 @@ pub enum ResponseOp {
     Put(PutResponse),
     #[serde(rename = "response_delete_range")]
     DeleteRange(DeleteRangeResponse),
-    /// A nested txn (not sent by conlock; accepted so that such an answer still parses).
+    /// A nested txn's answer (the uncontended acquisition sends one).
     #[serde(rename = "response_txn")]
     Txn(Box<TxnResponse>),
 }

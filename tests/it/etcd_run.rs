@@ -96,6 +96,24 @@ fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() 
     );
     assert_eq!(var("CONLOCK_KEY").as_deref(), Some(name.as_str()));
     let rev = kvs[0].create_revision;
+    // Uncontended, the txn that created the key also wrote the holder record (its mod
+    // revision is the key's create revision), which names the key by create revision 0
+    // ("this txn's"); `status` resolves it: a holder, no cushion.
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let rec = c.range(&RangeRequest::key(record_key.clone())).unwrap();
+    assert_eq!(rec.kvs[0].mod_revision, rev, "{:?}", rec.kvs);
+    let json: serde_json::Value = serde_json::from_slice(&rec.kvs[0].value).unwrap();
+    assert_eq!(json["key"], key.as_str(), "{json}");
+    assert_eq!(json["create_revision"], 0, "{json}");
+    assert_eq!(json["released"], false, "{json}");
+    let status = conlock_etcd(etcd)
+        .args(["status", "--json", "--key", &name])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "held", "{status}");
+    assert!(status["holder"].is_object(), "{status}");
+    assert!(status["lock_delay"].is_null(), "{status}");
     assert_eq!(
         var("CONLOCK_FENCING_TOKEN").as_deref(),
         Some(rev.to_string().as_str())
@@ -124,16 +142,55 @@ fn uncontended_run_gives_the_child_etcdctls_variables_and_the_create_revision() 
         1,
         "{err}"
     );
-    // Released: no contender key left, the record says released.
+    // Released: no contender key left, and the record deleted with it.
     assert!(keys_under(&c, &format!("{name}/")).is_empty());
-    let rec = c
-        .range(&RangeRequest::key(conlock::claim::etcd_lock::record_key(
-            &name,
-        )))
+    let rec = c.range(&RangeRequest::key(record_key)).unwrap();
+    assert!(rec.kvs.is_empty(), "{:?}", rec.kvs);
+}
+
+/// An uncontended run sends one write to acquire (key, record and checks in one txn) and
+/// one to release: a lease grant, two txns and the revoke (and the server's version).
+#[test]
+fn an_uncontended_run_acquires_in_one_txn() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let name = unique_name("one-txn");
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let proxy = fault_proxy(upstream, move |req| {
+        // Request heads only (bodies come as chunks of their own).
+        let line = String::from_utf8_lossy(req);
+        if let Some(("POST" | "GET", rest)) = line.split_once(' ') {
+            log.lock()
+                .unwrap()
+                .push(rest.split(' ').next().unwrap_or("").to_string());
+        }
+        Fault::Forward
+    });
+    let out = conlock_etcd_at(&proxy)
+        .args(["run", "--key", &name])
+        .args(with_timings(&[]))
+        .args(["--", "true"])
+        .output()
         .unwrap();
-    let rec: serde_json::Value = serde_json::from_slice(&rec.kvs[0].value).unwrap();
-    assert_eq!(rec["released"], true, "{rec}");
-    assert_eq!(rec["create_revision"], rev, "{rec}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The server version is read beside, and not waited for: it may not be sent.
+    let mut paths = seen.lock().unwrap().clone();
+    paths.retain(|p| p != "/version");
+    assert_eq!(
+        paths,
+        [
+            "/v3/lease/grant",
+            "/v3/kv/txn",
+            "/v3/kv/txn",
+            "/v3/lease/revoke"
+        ],
+        "{paths:?}"
+    );
 }
 
 /// Someone rewrites the holder record while conlock holds: the release, which knows the
@@ -1017,11 +1074,11 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     assert_not_adopted(&h.wait_with_output().unwrap(), &ran);
 }
 
-/// A record take-over reaches etcd but its answer does not come by `--timeout` (2.5 s,
-/// under the 3 s request timeout): the run gives up (exit 75) and takes it back, so the
-/// next conlock run starts at once. Left alone, the record would name the run as a holder
-/// that never let go, and every conlock waiter would keep its 30 s cushion for a command
-/// that never ran.
+/// A record take-over (here the uncontended one, in the txn that creates the key)
+/// reaches etcd but its answer does not come by `--timeout` (2.5 s, under the 3 s request
+/// timeout): the run gives up (exit 75) and takes it back, so the next conlock run starts
+/// at once. Left alone, the record would name the run as a holder that never let go, and
+/// every conlock waiter would keep its 30 s cushion for a command that never ran.
 #[test]
 fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     let Some(etcd) = Etcd::shared() else { return };
@@ -1037,6 +1094,12 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
             Fault::Forward
         }
     });
+    let from = c
+        .range(&RangeRequest::key(record_key.clone()))
+        .unwrap()
+        .header
+        .revision
+        + 1;
     let mut w = KillOnDrop(run_lock_at(
         &proxy,
         &name,
@@ -1045,11 +1108,30 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     ));
     let st = wait_exit(&mut w.0, LONG);
     assert_eq!(st.code(), Some(75));
-    // The take-over did land: the record names the run's key.
-    let record = c.range(&RangeRequest::key(record_key.clone())).unwrap().kvs;
-    assert!(
-        !record.is_empty(),
-        "the take-over did not land, the test shows nothing"
+    // The record's history: the take-over did land (a put naming the run's key), and was
+    // taken back (deleted).
+    let req = WatchCreateRequest {
+        key: record_key.as_bytes().to_vec(),
+        start_revision: from,
+        ..Default::default()
+    };
+    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
+    let mut history = Vec::new();
+    while let Ok(Some(r)) = stream.next_response() {
+        history.extend(r.events.iter().map(|e| e.kind));
+        if history.len() >= 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        history.first(),
+        Some(&EventType::Put),
+        "the take-over did not land, the test shows nothing: {history:?}"
+    );
+    assert_eq!(
+        history,
+        [EventType::Put, EventType::Delete],
+        "not taken back"
     );
     let started = Instant::now();
     let out = conlock_etcd(etcd)
@@ -1411,18 +1493,18 @@ fn a_waiter_woken_by_a_released_predecessor_still_waits_for_an_older_key() {
         "the waiter never waited for its predecessor: {}",
         read(&ev)
     );
-    // The predecessor "releases": record and deletion in one txn.
-    let released = format!(
-        r#"{{"key":"{pred}","create_revision":{pred_rev},"lock_delay_ms":0,"released":true}}"#
+    // The predecessor "releases" as a conlock holder does: its record (of `pred_rev`)
+    // and its key deleted in one txn, so only the older key stops the waiter.
+    let record = format!(
+        r#"{{"key":"{pred}","create_revision":{pred_rev},"lock_delay_ms":2000,"released":false}}"#
     );
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    c.put(&PutRequest::new(record_key.clone(), record)).unwrap();
     let r = c
         .txn(&TxnRequest {
             compare: vec![],
             success: vec![
-                RequestOp::Put(PutRequest::new(
-                    conlock::claim::etcd_lock::record_key(&name),
-                    released,
-                )),
+                RequestOp::DeleteRange(DeleteRangeRequest::key(record_key)),
                 RequestOp::DeleteRange(DeleteRangeRequest::key(pred.clone())),
             ],
             failure: vec![],
