@@ -1152,6 +1152,93 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     );
 }
 
+/// The same for a waiter's take-over (the take on its predecessor's release, or the
+/// record write after a look, if that take's answer timed out first): it reaches etcd
+/// but its answer does not come by `--timeout`, so the run gives up (exit 75) and takes
+/// it back. The test above covers only the uncontended take (in the txn that creates the
+/// key); this one fails if the take-back after a wait (`Turn::Busy`) goes.
+#[test]
+fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("unanswered-wait");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let dir = scratch("etcd-unanswered-wait");
+    let go = dir.join("go");
+    let mut h = KillOnDrop(run_lock(etcd, &name, &["-q"], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    // The waiter's first txn that writes the record is its enqueue (its nested take,
+    // which fails here): forwarded. Every later one is a take-over: muted.
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(&record_key);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) && s2.fetch_add(1, Ordering::SeqCst) >= 1 {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "--timeout", "6s", "-q"],
+        "true",
+    ));
+    wait_keys(&c, &name, 2);
+    let from = c
+        .range(&RangeRequest::key(record_key.clone()))
+        .unwrap()
+        .header
+        .revision
+        + 1;
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut h.0, LONG).success());
+    let st = wait_exit(&mut w.0, LONG);
+    assert_eq!(st.code(), Some(75));
+    assert!(
+        seen.load(Ordering::SeqCst) >= 2,
+        "no take-over was sent, the test shows nothing"
+    );
+    // The record's history: the holder's release (a delete), the waiter's take-over(s)
+    // (puts naming its key), and the take-back (a delete).
+    let req = WatchCreateRequest {
+        key: record_key.as_bytes().to_vec(),
+        start_revision: from,
+        ..Default::default()
+    };
+    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
+    let mut history = Vec::new();
+    while let Ok(Some(r)) = stream.next_response() {
+        history.extend(r.events.iter().map(|e| e.kind));
+    }
+    assert!(
+        history.len() >= 2 && history[0] == EventType::Delete && history[1] == EventType::Put,
+        "the take-over did not land, the test shows nothing: {history:?}"
+    );
+    assert_eq!(history.last(), Some(&EventType::Delete), "not taken back");
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
 /// etcd compacts its history past the revision a waiter's look read, before the
 /// waiter's watch of its predecessor opens: the waiter looks again (it does not end
 /// with an error), and holds after the holder lets go.
