@@ -1685,6 +1685,59 @@ fn a_release_whose_answer_was_lost_still_counts_as_released() {
     }
 }
 
+/// The opposite case: the release does not land (its member answers "no leader"), and
+/// meanwhile the holder's lease is revoked and its record goes (as when a successor kept
+/// the cushion, held and released). When the release is sent again, the key is gone and
+/// no record of ours is left, but conlock did not release the lock: it must not say it
+/// did (no `released` event; "could not release").
+#[test]
+fn a_release_that_never_landed_after_a_revoke_is_not_counted_as_released() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let name = unique_name("revoked-release");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let dir = scratch("etcd-revoked-release");
+    let events = dir.join("events");
+    let (direct, prefix) = (etcd.client(T), format!("{name}/"));
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = fault_proxy(upstream, move |req| {
+        if !bytes_contain(req, b"request_delete_range") || d2.swap(true, Ordering::SeqCst) {
+            return Fault::Forward;
+        }
+        // The release's first try: before it lands, the lease is revoked and the
+        // record deleted (the successor's release); this try never reaches etcd.
+        let lease = keys_under(&direct, &prefix)[0].lease;
+        direct.lease_revoke(lease).unwrap();
+        direct
+            .delete_range(&DeleteRangeRequest::key(record_key.clone()))
+            .unwrap();
+        Fault::NoLeader
+    });
+    let out = conlock_etcd_at(&proxy)
+        .args(["run", "--key", &name, "-v"])
+        .args(FAST)
+        .arg("--events")
+        .arg(&events)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        done.load(Ordering::SeqCst),
+        "no release was sent, the test shows nothing: {err}"
+    );
+    assert!(
+        !read(&events).contains("\"released\""),
+        "a released event for a lock that was revoked, not released: {}",
+        read(&events)
+    );
+    assert!(err.contains("could not release"), "{err}");
+}
+
 /// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
 /// its lease; etcd answers "no leader" (on kept-alive connections, as a member without a
 /// leader does) to its revokes until it tries a grant, and to every grant: the waiter
