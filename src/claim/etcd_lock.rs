@@ -989,6 +989,10 @@ impl Claim for EtcdLock {
         }
     }
 
+    fn take_back(&self, store: &Store, session_id: &str) {
+        take_back(&self.maybe_took, store, |s| self.release(s, session_id));
+    }
+
     fn spec(&self) -> ClaimSpec {
         ClaimSpec::EtcdLock {
             name: self.name.clone(),

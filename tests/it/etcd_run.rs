@@ -1239,6 +1239,62 @@ fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
     );
 }
 
+/// A stop request (SIGTERM) while the uncontended take's answer is pending, after the
+/// take landed: conlock gives up at once (exit 143, the lease revoked). It must take back
+/// the record too, as on `--timeout`: the revoke leaves it, and every conlock waiter
+/// would keep a 30 s cushion for a command that never ran.
+#[test]
+fn a_stop_request_while_the_take_is_unanswered_takes_it_back() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("unanswered-stop");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(&record_key);
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "-q"],
+        "true",
+    ));
+    assert!(
+        wait_for(LONG, || !c
+            .range(&RangeRequest::key(record_key.clone()))
+            .unwrap()
+            .kvs
+            .is_empty()),
+        "the take never landed, the test shows nothing"
+    );
+    signal(w.0.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(143));
+    let record = c.range(&RangeRequest::key(record_key.clone())).unwrap().kvs;
+    assert!(record.is_empty(), "not taken back: {record:?}");
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
 /// etcd compacts its history past the revision a waiter's look read, before the
 /// waiter's watch of its predecessor opens: the waiter looks again (it does not end
 /// with an error), and holds after the holder lets go.
