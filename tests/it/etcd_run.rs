@@ -207,7 +207,9 @@ fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released()
     let h = run_lock(etcd, &name, &["--events", &ev_arg], &until_exists(&go));
     assert!(wait_for(LONG, || read(&ev).contains("\"acquired\"")));
     let foreign = r#"{"key":"elsewhere/1","create_revision":1,"lock_delay_ms":0,"released":true}"#;
-    c.put(&PutRequest::new(format!("{name}.conlock"), foreign))
+    // The record's real key (`/` escaped): `{name}.conlock` is not it.
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    c.put(&PutRequest::new(record_key.clone(), foreign))
         .unwrap();
     std::fs::write(&go, "").unwrap();
     let out = h.wait_with_output().unwrap();
@@ -218,10 +220,11 @@ fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released()
     );
     let events = read(&ev);
     assert!(events.contains("\"event\":\"released\""), "{events}");
-    let rec = c
-        .range(&RangeRequest::key(format!("{name}.conlock")))
-        .unwrap();
-    assert_eq!(rec.kvs[0].value, foreign.as_bytes());
+    let rec = c.range(&RangeRequest::key(record_key)).unwrap();
+    assert_eq!(
+        rec.kvs.first().map(|kv| kv.value.as_slice()),
+        Some(foreign.as_bytes())
+    );
     assert!(keys_under(&c, &format!("{name}/")).is_empty());
 }
 
