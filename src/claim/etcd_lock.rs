@@ -37,6 +37,8 @@ pub(super) const WATCH_READ: Duration = Duration::from_secs(30);
 /// (one txn and a new watch): a watch on a member that froze is silent, and the
 /// waiter would otherwise notice only after `WATCH_READ`.
 const WAITER_READ: Duration = Duration::from_secs(3);
+/// How long a read of etcd's history (past events, sent at once) may stay silent.
+const HISTORY_READ: Duration = Duration::from_secs(1);
 /// Pause after a failure that may pass, while waiting.
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
 /// How long a waiter that gave up may spend taking back a take-over (or slot write)
@@ -192,6 +194,39 @@ pub(super) fn own_key_rev(
                 "could not release {what}: {e}; it frees when the lease ends"
             ));
             None
+        }
+    }
+}
+
+/// The revision of the first deletion of `key` from revision `from` on, from etcd's
+/// history (`None`: none, or etcd no longer has that history).
+fn first_delete(
+    c: &EtcdClient,
+    key: &str,
+    from: i64,
+) -> std::result::Result<Option<i64>, EtcdError> {
+    let req = WatchCreateRequest {
+        key: key.as_bytes().to_vec(),
+        start_revision: from,
+        filters: vec![WatchFilter::NoPut],
+        ..Default::default()
+    };
+    let mut stream = match c.watch(&req, HISTORY_READ) {
+        Err(EtcdError::Compacted { .. }) => return Ok(None),
+        r => r?,
+    };
+    loop {
+        match stream.next_response() {
+            Ok(Some(r)) => {
+                if let Some(e) = r.events.iter().find(|e| e.kind == EventType::Delete) {
+                    return Ok(Some(e.kv.mod_revision));
+                }
+            }
+            // Silence: the history has no such deletion.
+            Ok(None) | Err(EtcdError::Timeout { .. }) | Err(EtcdError::Compacted { .. }) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -460,18 +495,28 @@ impl EtcdLock {
         ))))
     }
 
-    /// Whether our key `key` (created at `my_rev`) is gone and no record of ours is left:
-    /// a release whose answer was lost did land. (After a revoke our record stays until a
-    /// successor has kept the cushion; a release is sent only once the command is gone,
-    /// so a record taken over since then does not make this a lie that matters.)
+    /// Whether our key `key` (created at `my_rev`) is gone and no record of ours is left
+    /// because a release whose answer was lost did land: our release deletes the key and
+    /// our record in one txn, so etcd's history shows both deleted at one revision. A
+    /// revoke or a deletion by someone else deletes the key alone; our record then goes
+    /// later (a successor's write after its cushion, or its release), and that is no
+    /// release of ours. A history etcd no longer has (compacted) cannot say: not counted.
     fn released_by_us(&self, r: &mut EtcdReleasing, key: &str, my_rev: i64) -> bool {
         let gone = r
             .retry(|c| c.range(&RangeRequest::key(key.to_string())))
             .is_ok_and(|g| g.kvs.is_empty());
-        gone && matches!(
-            r.retry(|c| self.read_record(c)),
-            Ok(rec) if !rec.as_ref().is_some_and(|(rec, _)| rec.key == key && rec.create_revision == my_rev)
-        )
+        if !gone
+            || !matches!(
+                r.retry(|c| self.read_record(c)),
+                Ok(rec) if !rec.as_ref().is_some_and(|(rec, _)| rec.key == key && rec.create_revision == my_rev)
+            )
+        {
+            return false;
+        }
+        let Ok(Some(at)) = r.retry(|c| first_delete(c, key, my_rev + 1)) else {
+            return false;
+        };
+        matches!(r.retry(|c| first_delete(c, &self.record_key(), at)), Ok(Some(d)) if d == at)
     }
 
     /// The holder record, if any, with its mod revision.
@@ -942,6 +987,10 @@ impl Claim for EtcdLock {
                 false
             }
         }
+    }
+
+    fn take_back(&self, store: &Store, session_id: &str) {
+        take_back(&self.maybe_took, store, |s| self.release(s, session_id));
     }
 
     fn spec(&self) -> ClaimSpec {

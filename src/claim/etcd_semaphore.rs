@@ -730,6 +730,10 @@ impl Claim for EtcdSemaphore {
         released
     }
 
+    fn take_back(&self, store: &Store, session_id: &str) {
+        take_back(&self.maybe_took, store, |s| self.release(s, session_id));
+    }
+
     fn spec(&self) -> ClaimSpec {
         ClaimSpec::EtcdSemaphore {
             prefix: self.prefix.clone(),

@@ -184,6 +184,10 @@ pub trait Claim: Send + Sync + 'static {
     /// Gives the claim back and removes what is no longer needed. Best effort: false
     /// when Consul could not be told (then the session's end frees it).
     fn release(&self, store: &Store, session_id: &str) -> bool;
+    /// Giving up while waiting (a stop request): takes back a take whose answer has not
+    /// come and that may have landed (etcd: its record outlives the lease, and would cost
+    /// conlock waiters its cushion). Nothing to do where the session's end drops it all.
+    fn take_back(&self, _store: &Store, _session_id: &str) {}
     /// Whether the session must be renewed while waiting (a semaphore's contender key
     /// keeps its place in line; a lock waiter holds nothing).
     fn renew_while_waiting(&self) -> bool {

@@ -76,7 +76,11 @@ enum Phase {
     /// No session yet: a terminating signal ends conlock (the guardian tidies up).
     Starting,
     /// Waiting for the claim: a terminating signal ends conlock at once.
-    Acquiring { client: Store, session: SessionRef },
+    Acquiring {
+        client: Store,
+        session: SessionRef,
+        claim: Arc<dyn Claim>,
+    },
     /// Signals go to the supervising loop.
     Holding(Sender<Event>),
 }
@@ -171,6 +175,7 @@ fn hold_guarded(
     *phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Acquiring {
         client: client.clone(),
         session: session.handle(),
+        claim: claim.clone(),
     };
 
     let prior = supervise::Prior::now();
@@ -578,11 +583,17 @@ fn install_signal_thread(phase: Arc<Mutex<Phase>>) -> Result<()> {
                         std::process::exit(128 + sig);
                     }
                 }
-                Phase::Acquiring { client, session } => {
+                Phase::Acquiring {
+                    client,
+                    session,
+                    claim,
+                } => {
                     if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT].contains(&sig) {
                         ui::clear_status();
                         ui::verbose(format_args!("signal {sig} while waiting; giving up"));
-                        // Destroying the session also drops anything it may just have acquired.
+                        // A take that may have landed goes back first (etcd: a record
+                        // the revoke leaves); destroying the session drops the rest.
+                        claim.take_back(client, &session.id());
                         let _ = client.destroy_session(&session.id());
                         events::exit(128 + sig, "interrupted", serde_json::json!({}));
                         events::flush();

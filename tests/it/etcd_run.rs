@@ -207,7 +207,9 @@ fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released()
     let h = run_lock(etcd, &name, &["--events", &ev_arg], &until_exists(&go));
     assert!(wait_for(LONG, || read(&ev).contains("\"acquired\"")));
     let foreign = r#"{"key":"elsewhere/1","create_revision":1,"lock_delay_ms":0,"released":true}"#;
-    c.put(&PutRequest::new(format!("{name}.conlock"), foreign))
+    // The record's real key (`/` escaped): `{name}.conlock` is not it.
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    c.put(&PutRequest::new(record_key.clone(), foreign))
         .unwrap();
     std::fs::write(&go, "").unwrap();
     let out = h.wait_with_output().unwrap();
@@ -218,10 +220,11 @@ fn a_record_rewritten_while_held_the_release_deletes_the_key_and_says_released()
     );
     let events = read(&ev);
     assert!(events.contains("\"event\":\"released\""), "{events}");
-    let rec = c
-        .range(&RangeRequest::key(format!("{name}.conlock")))
-        .unwrap();
-    assert_eq!(rec.kvs[0].value, foreign.as_bytes());
+    let rec = c.range(&RangeRequest::key(record_key)).unwrap();
+    assert_eq!(
+        rec.kvs.first().map(|kv| kv.value.as_slice()),
+        Some(foreign.as_bytes())
+    );
     assert!(keys_under(&c, &format!("{name}/")).is_empty());
 }
 
@@ -1152,6 +1155,149 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     );
 }
 
+/// The same for a waiter's take-over (the take on its predecessor's release, or the
+/// record write after a look, if that take's answer timed out first): it reaches etcd
+/// but its answer does not come by `--timeout`, so the run gives up (exit 75) and takes
+/// it back. The test above covers only the uncontended take (in the txn that creates the
+/// key); this one fails if the take-back after a wait (`Turn::Busy`) goes.
+#[test]
+fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("unanswered-wait");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let dir = scratch("etcd-unanswered-wait");
+    let go = dir.join("go");
+    let mut h = KillOnDrop(run_lock(etcd, &name, &["-q"], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    // The waiter's first txn that writes the record is its enqueue (its nested take,
+    // which fails here): forwarded. Every later one is a take-over: muted.
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(&record_key);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) && s2.fetch_add(1, Ordering::SeqCst) >= 1 {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "--timeout", "6s", "-q"],
+        "true",
+    ));
+    wait_keys(&c, &name, 2);
+    let from = c
+        .range(&RangeRequest::key(record_key.clone()))
+        .unwrap()
+        .header
+        .revision
+        + 1;
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut h.0, LONG).success());
+    let st = wait_exit(&mut w.0, LONG);
+    assert_eq!(st.code(), Some(75));
+    assert!(
+        seen.load(Ordering::SeqCst) >= 2,
+        "no take-over was sent, the test shows nothing"
+    );
+    // The record's history: the holder's release (a delete), the waiter's take-over(s)
+    // (puts naming its key), and the take-back (a delete).
+    let req = WatchCreateRequest {
+        key: record_key.as_bytes().to_vec(),
+        start_revision: from,
+        ..Default::default()
+    };
+    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
+    let mut history = Vec::new();
+    while let Ok(Some(r)) = stream.next_response() {
+        history.extend(r.events.iter().map(|e| e.kind));
+    }
+    assert!(
+        history.len() >= 2 && history[0] == EventType::Delete && history[1] == EventType::Put,
+        "the take-over did not land, the test shows nothing: {history:?}"
+    );
+    assert_eq!(history.last(), Some(&EventType::Delete), "not taken back");
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
+/// A stop request (SIGTERM) while the uncontended take's answer is pending, after the
+/// take landed: conlock gives up at once (exit 143, the lease revoked). It must take back
+/// the record too, as on `--timeout`: the revoke leaves it, and every conlock waiter
+/// would keep a 30 s cushion for a command that never ran.
+#[test]
+fn a_stop_request_while_the_take_is_unanswered_takes_it_back() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("unanswered-stop");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(&record_key);
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "-q"],
+        "true",
+    ));
+    assert!(
+        wait_for(LONG, || !c
+            .range(&RangeRequest::key(record_key.clone()))
+            .unwrap()
+            .kvs
+            .is_empty()),
+        "the take never landed, the test shows nothing"
+    );
+    signal(w.0.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(143));
+    let record = c.range(&RangeRequest::key(record_key.clone())).unwrap().kvs;
+    assert!(record.is_empty(), "not taken back: {record:?}");
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
 /// etcd compacts its history past the revision a waiter's look read, before the
 /// waiter's watch of its predecessor opens: the waiter looks again (it does not end
 /// with an error), and holds after the holder lets go.
@@ -1596,6 +1742,59 @@ fn a_release_whose_answer_was_lost_still_counts_as_released() {
             read(&events)
         );
     }
+}
+
+/// The opposite case: the release does not land (its member answers "no leader"), and
+/// meanwhile the holder's lease is revoked and its record goes (as when a successor kept
+/// the cushion, held and released). When the release is sent again, the key is gone and
+/// no record of ours is left, but conlock did not release the lock: it must not say it
+/// did (no `released` event; "could not release").
+#[test]
+fn a_release_that_never_landed_after_a_revoke_is_not_counted_as_released() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some(etcd) = Etcd::shared() else { return };
+    let name = unique_name("revoked-release");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let dir = scratch("etcd-revoked-release");
+    let events = dir.join("events");
+    let (direct, prefix) = (etcd.client(T), format!("{name}/"));
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = fault_proxy(upstream, move |req| {
+        if !bytes_contain(req, b"request_delete_range") || d2.swap(true, Ordering::SeqCst) {
+            return Fault::Forward;
+        }
+        // The release's first try: before it lands, the lease is revoked and the
+        // record deleted (the successor's release); this try never reaches etcd.
+        let lease = keys_under(&direct, &prefix)[0].lease;
+        direct.lease_revoke(lease).unwrap();
+        direct
+            .delete_range(&DeleteRangeRequest::key(record_key.clone()))
+            .unwrap();
+        Fault::NoLeader
+    });
+    let out = conlock_etcd_at(&proxy)
+        .args(["run", "--key", &name, "-v"])
+        .args(FAST)
+        .arg("--events")
+        .arg(&events)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        done.load(Ordering::SeqCst),
+        "no release was sent, the test shows nothing: {err}"
+    );
+    assert!(
+        !read(&events).contains("\"released\""),
+        "a released event for a lock that was revoked, not released: {}",
+        read(&events)
+    );
+    assert!(err.contains("could not release"), "{err}");
 }
 
 /// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
