@@ -97,6 +97,24 @@ struct Look {
     revision: i64,
 }
 
+impl Look {
+    /// From the answers to `look_ranges`, read at `revision`.
+    fn from(responses: &[ResponseOp], revision: i64) -> Look {
+        let keys = range_of(responses.first()).map_or_else(Vec::new, |g| g.kvs.clone());
+        let records = range_of(responses.get(1)).map_or_else(Vec::new, |g| {
+            g.kvs
+                .iter()
+                .map(|kv| (kv.clone(), serde_json::from_slice(&kv.value).ok()))
+                .collect()
+        });
+        Look {
+            keys,
+            records,
+            revision,
+        }
+    }
+}
+
 /// A slot record is a vanished holder's when its contender key is gone (or is another
 /// incarnation). A record conlock cannot read counts as taken (and never vanishes).
 fn vanished(rec: &Option<HolderRecord>, keys: &[KeyValue]) -> bool {
@@ -147,13 +165,15 @@ impl EtcdSemaphore {
     /// Creates our key if `P.limit` says our limit (or finds it, after a txn whose answer
     /// was lost); creates or replaces `P.limit` when that is allowed. `Got(0)`: a key
     /// of our name is on another lease or none (not ours): queue again with a new lease.
+    /// A created key comes with the first look, read in the same txn right after the put
+    /// (what `look` reads then: one txn less per contender).
     fn enqueue(
         &self,
         c: &EtcdClient,
         sid: &str,
         lease: i64,
         deadline: Option<Instant>,
-    ) -> Result<Waited<i64>> {
+    ) -> Result<Waited<(i64, Option<Look>)>> {
         let my_key = self.key_of(sid);
         let limit = self.limit.to_string();
         let req = TxnRequest {
@@ -165,10 +185,14 @@ impl EtcdSemaphore {
                     CompareResult::Equal,
                 ),
             ],
-            success: vec![RequestOp::Put(PutRequest {
-                lease,
-                ..PutRequest::new(my_key.clone(), self.value.bytes())
-            })],
+            success: vec![
+                RequestOp::Put(PutRequest {
+                    lease,
+                    ..PutRequest::new(my_key.clone(), self.value.bytes())
+                }),
+                self.look_ranges()[0].clone(),
+                self.look_ranges()[1].clone(),
+            ],
             failure: vec![
                 RequestOp::Range(RangeRequest::key(my_key.clone())),
                 RequestOp::Range(RangeRequest::key(self.limit_key())),
@@ -188,18 +212,19 @@ impl EtcdSemaphore {
             Waited::Busy => return Ok(Waited::Busy),
         };
         if r.succeeded {
-            return Ok(Waited::Got(r.header.revision));
+            let look = Look::from(&r.responses[1..], r.header.revision);
+            return Ok(Waited::Got((r.header.revision, Some(look))));
         }
         match range_of(r.responses.first()).and_then(|g| g.kvs.first()) {
             // Ours already (a txn whose answer was lost); P.limit was ours then.
-            Some(kv) if kv.lease == lease => return Ok(Waited::Got(kv.create_revision)),
+            Some(kv) if kv.lease == lease => return Ok(Waited::Got((kv.create_revision, None))),
             Some(kv) => {
                 // Not ours: treated as gone (a new lease gives a new key name).
                 ui::notice(format_args!(
                     "the key {my_key} exists on lease {:x}, not on ours ({sid}); not using it",
                     kv.lease
                 ));
-                return Ok(Waited::Got(0));
+                return Ok(Waited::Got((0, None)));
             }
             None => {}
         }
@@ -285,32 +310,26 @@ impl EtcdSemaphore {
                 Compare::create_revision(self.key_of(sid), CompareResult::Equal, my_rev),
                 on_lease(self.key_of(sid), lease_id(sid).unwrap_or(0)),
             ],
-            success: vec![
-                RequestOp::Range(RangeRequest {
-                    sort_order: SortOrder::Ascend,
-                    sort_target: SortTarget::Create,
-                    ..RangeRequest::prefix(contenders_of(&self.prefix))
-                }),
-                RequestOp::Range(RangeRequest::prefix(records_of(&self.prefix))),
-            ],
+            success: self.look_ranges().to_vec(),
             failure: vec![],
         };
         let r = c.txn(&req)?;
         if !r.succeeded {
             return Ok(None);
         }
-        let keys = range_of(r.responses.first()).map_or_else(Vec::new, |g| g.kvs.clone());
-        let records = range_of(r.responses.get(1)).map_or_else(Vec::new, |g| {
-            g.kvs
-                .iter()
-                .map(|kv| (kv.clone(), serde_json::from_slice(&kv.value).ok()))
-                .collect()
-        });
-        Ok(Some(Look {
-            keys,
-            records,
-            revision: r.header.revision,
-        }))
+        Ok(Some(Look::from(&r.responses, r.header.revision)))
+    }
+
+    /// What a look reads: every contender key, oldest first, and every slot record.
+    fn look_ranges(&self) -> [RequestOp; 2] {
+        [
+            RequestOp::Range(RangeRequest {
+                sort_order: SortOrder::Ascend,
+                sort_target: SortTarget::Create,
+                ..RangeRequest::prefix(contenders_of(&self.prefix))
+            }),
+            RequestOp::Range(RangeRequest::prefix(records_of(&self.prefix))),
+        ]
     }
 
     /// Waits until we take a slot. `Ok(None)`: busy; `Err`: failed; `Ok(Some(None))`:
@@ -320,7 +339,7 @@ impl EtcdSemaphore {
         c: &EtcdClient,
         session: &dyn SessionHandle,
         sid: &str,
-        my_rev: i64,
+        (my_rev, mut first_look): (i64, Option<Look>),
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Option<Option<Held>>> {
@@ -335,11 +354,14 @@ impl EtcdSemaphore {
                 return Ok(Some(None));
             }
             let sent = BootInstant::now();
-            let look = match while_waiting(self.look(c, sid, my_rev), deadline)? {
-                Waited::Got(Some(l)) => l,
-                Waited::Got(None) => return Ok(Some(None)),
-                Waited::Retry => continue,
-                Waited::Busy => return Ok(None),
+            let look = match first_look.take() {
+                Some(l) => l,
+                None => match while_waiting(self.look(c, sid, my_rev), deadline)? {
+                    Waited::Got(Some(l)) => l,
+                    Waited::Got(None) => return Ok(Some(None)),
+                    Waited::Retry => continue,
+                    Waited::Busy => return Ok(None),
+                },
             };
             // After the answer: whatever it showed gone went before now.
             let seen_at = Instant::now();
@@ -599,7 +621,7 @@ impl Claim for EtcdSemaphore {
                     "session {sid:?} is not an etcd lease ID"
                 )));
             };
-            let my_rev = match self.enqueue(c, &sid, lease, deadline)? {
+            let queued = match self.enqueue(c, &sid, lease, deadline)? {
                 Waited::Got(r) => r,
                 Waited::Retry => {
                     if claim::deadline_passed(deadline) {
@@ -609,7 +631,7 @@ impl Claim for EtcdSemaphore {
                 }
                 Waited::Busy => return Ok(None),
             };
-            match self.turn(c, session, &sid, my_rev, deadline, wait)? {
+            match self.turn(c, session, &sid, queued, deadline, wait)? {
                 Some(Some(h)) => return Ok(Some(h)),
                 None => {
                     // A slot write may have landed: the slot goes back now, not after its
