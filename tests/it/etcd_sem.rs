@@ -831,3 +831,101 @@ fn the_limit_stays_while_a_vanished_holders_slot_is_kept() {
         "{err}"
     );
 }
+
+/// A waiter far back in line (`2 * limit` or more keys ahead) whose key `limit` places
+/// ahead is a nested semaphore's contender (`P/n/<lease>`: in P's line, as etcdctl
+/// nests names, but it never writes one of P's slot records) starts at once when a slot
+/// frees for it, not at its next 3 s re-look. The proxy shows when the waiter made its
+/// watch; the slots free right after, so a waiter asleep on that key wakes ~3 s late.
+#[test]
+fn a_far_back_waiter_behind_a_nested_semaphores_key_starts_promptly() {
+    use std::sync::{Arc, Mutex};
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let watches = Arc::new(Mutex::new(0usize));
+    let seen = watches.clone();
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, b"/v3/watch") {
+            *seen.lock().unwrap() += 1;
+        }
+        Fault::Forward
+    });
+    let prefix = unique_name("far-back-nested");
+    let dir = scratch("etcd-sem-far-back-nested");
+    let log = dir.join("log");
+    let (go1, go2, gon) = (dir.join("go1"), dir.join("go2"), dir.join("gon"));
+    let a1 = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go1)),
+    ));
+    let a2 = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, &until_exists(&go2)),
+    ));
+    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    // Third in P's line: the holder of semaphore P/n.
+    let nested = KillOnDrop(run_sem(
+        etcd,
+        &format!("{prefix}/n"),
+        1,
+        &["-q"],
+        &until_exists(&gon),
+    ));
+    wait_keys(&c, &prefix, 3);
+    let a3 = KillOnDrop(run_sem(
+        etcd,
+        &prefix,
+        2,
+        &["-q"],
+        &logged_job(&log, "true"),
+    ));
+    wait_keys(&c, &prefix, 4);
+    // Fifth: 4 keys ahead (2 * limit); the key 2 places ahead is the nested holder's.
+    let w = KillOnDrop(
+        conlock_etcd(etcd)
+            .env("ETCDCTL_ENDPOINTS", &proxy)
+            .args(["sem", "--prefix", &prefix, "--limit", "2", "-v"])
+            .args(with_timings(&[]))
+            .args(["--", "sh", "-c", &logged_job(&log, "true")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_keys(&c, &prefix, 5);
+    assert!(
+        wait_for(LONG, || *watches.lock().unwrap() >= 1),
+        "the waiter never made a watch"
+    );
+    std::fs::write(&go1, "").unwrap();
+    std::fs::write(&go2, "").unwrap();
+    for mut k in [a1, a2, a3] {
+        assert!(wait_exit(&mut k.0, LONG).success());
+    }
+    let mut w = w;
+    let st = wait_exit(&mut w.0, LONG);
+    let mut werr = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut werr).unwrap();
+    assert!(st.success(), "waiter: {werr}");
+    std::fs::write(&gon, "").unwrap();
+    let mut nested = nested;
+    assert!(wait_exit(&mut nested.0, LONG).success());
+    let text = read(&log);
+    assert!(max_overlap(&intervals(&text)) <= 2, "{text}");
+    let sp = spans(&text);
+    assert_eq!(sp.len(), 4, "{text}");
+    // sp[2]: the third of P (a slot free for it at once), sp[3]: the waiter, whose slot
+    // freed when the third ended.
+    let gap_ms = (sp[3].1 - sp[2].2) / 1_000_000;
+    assert!(
+        gap_ms < 1500,
+        "the waiter started {gap_ms} ms after a slot freed for it (behind a nested semaphore's key): {werr}"
+    );
+    eprintln!("the far-back waiter started {gap_ms} ms after its slot freed");
+}
