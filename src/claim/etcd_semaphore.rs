@@ -494,9 +494,22 @@ impl EtcdSemaphore {
             // again. Only the waiters near the front follow every release: with all of
             // them on the whole prefix, etcd sent each release to every waiter (60 jobs,
             // limit 4: about 6 ms from a freed slot to the next start, 2.6 with 12).
+            // This needs a key that takes a slot once it can, a conlock contender
+            // (`P/<its lease hex>`): a nested semaphore's key (`P/n/<lease>`), etcdctl's
+            // or one on no lease never writes our record, and a waiter asleep on it
+            // started up to 3 s late (etcd_sem::a_far_back_waiter_behind_a_nested_...).
             let far_back = rank >= 2 * limit;
-            let reqs = match look.keys.get(rank.wrapping_sub(limit)) {
-                Some(target) if far_back => {
+            let contender = |kv: &KeyValue| {
+                kv.lease > 0
+                    && kv.key == format!("{}{:x}", contenders_of(&self.prefix), kv.lease).as_bytes()
+            };
+            let target = look
+                .keys
+                .get(rank.wrapping_sub(limit))
+                .filter(|t| far_back && contender(t));
+            let narrow = target.is_some();
+            let reqs = match target {
+                Some(target) => {
                     let lease = show(&target.key[contenders_of(&self.prefix).len()..]);
                     vec![
                         WatchCreateRequest {
@@ -548,7 +561,7 @@ impl EtcdSemaphore {
             loop {
                 match stream.next_response() {
                     Ok(Some(r)) if !r.events.is_empty() => {
-                        if far_back || ahead.len() < limit {
+                        if narrow || ahead.len() < limit {
                             break;
                         }
                         for e in &r.events {
