@@ -77,6 +77,8 @@ pub struct Guardian {
     claim_written: AtomicBool,
     /// `done` asks the guardian to end the session (`DoneEndSession`).
     end_session: AtomicBool,
+    /// The claim, to go with the first session (`claim_with_session`).
+    early_claim: Mutex<Option<Vec<u8>>>,
 }
 
 const GROUP_GONE: u8 = 1;
@@ -102,6 +104,7 @@ impl Guardian {
             pending_gone: AtomicU8::new(0),
             claim_written: AtomicBool::new(false),
             end_session: AtomicBool::new(false),
+            early_claim: Mutex::new(None),
         }))
     }
 
@@ -109,7 +112,24 @@ impl Guardian {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut lines = conn.unwrap_or_default();
         lines.extend(line(&Msg::Session(id.to_string(), ttl.as_millis() as u64)));
+        if let Some(claim) = self
+            .early_claim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            lines.extend(claim);
+        }
         self.send_lines(&lines);
+    }
+
+    /// The guardian learns the claim with the first session, in the same write, before
+    /// anything is acquired: a take that lands while conlock is killed waiting for its
+    /// answer is still released (etcd: its record would outlive the lease and cost
+    /// conlock waiters a cushion). Its release is guarded: what is not ours stays.
+    pub fn claim_with_session(&self, claim: ClaimSpec) {
+        *self.early_claim.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(line(&Msg::Claim(claim)));
     }
 
     pub fn process_group(&self, pgid: i32) {
@@ -1067,6 +1087,7 @@ mod tests {
             pending_gone: std::sync::atomic::AtomicU8::new(0),
             claim_written: std::sync::atomic::AtomicBool::new(false),
             end_session: std::sync::atomic::AtomicBool::new(false),
+            early_claim: std::sync::Mutex::new(None),
         };
         let mut read = || {
             let mut buf = vec![0u8; 4096];

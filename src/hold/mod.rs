@@ -165,6 +165,11 @@ fn hold_guarded(
         ),
         _ => client.clone(),
     };
+    // etcd: a take can outlive the lease (its record), so the guardian knows the claim
+    // from the start (Consul's session end drops anything it acquired).
+    if let (Some(g), "etcd") = (guardian, client.backend()) {
+        g.claim_with_session(claim.spec());
+    }
     let session = Session::create(
         client,
         &waiting,

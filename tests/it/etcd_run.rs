@@ -1086,6 +1086,60 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
     assert_not_adopted(&h.wait_with_output().unwrap(), &ran);
 }
 
+/// conlock is SIGKILLed while the answer to its uncontended take is missing, after the
+/// take landed: its guardian knows the claim from the start, so it releases (deletes the
+/// key and the record) instead of only revoking the lease, which would leave the record
+/// behind and cost the next conlock run a 30 s cushion for a command that never ran.
+#[test]
+fn sigkill_while_the_take_is_unanswered_the_guardian_releases_it() {
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("killed-take");
+    let record_key = conlock::claim::etcd_lock::record_key(&name);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(&record_key);
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    let mut w = KillOnDrop(run_lock_at(
+        &proxy,
+        &name,
+        &["--lock-delay", "30s", "-q"],
+        "true",
+    ));
+    assert!(
+        wait_for(LONG, || !c
+            .range(&RangeRequest::key(record_key.clone()))
+            .unwrap()
+            .kvs
+            .is_empty()),
+        "the take never landed, the test shows nothing"
+    );
+    signal(w.0.id(), libc::SIGKILL);
+    let _ = wait_exit(&mut w.0, LONG);
+    let started = Instant::now();
+    let out = conlock_etcd(etcd)
+        .args(["run", "--key", &name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the next run did not hold: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}
+
 /// A record take-over (here the uncontended one, in the txn that creates the key)
 /// reaches etcd but its answer does not come by `--timeout` (2.5 s, under the 3 s request
 /// timeout): the run gives up (exit 75) and takes it back, so the next conlock run starts
