@@ -49,9 +49,6 @@ enum Msg {
     /// nothing left to stop, and the group's ID is never signalled again.
     CommandGone,
     Done,
-    /// As `Done`, after ending the session (etcd: revoking the lease) on conlock's
-    /// behalf: conlock released its claim and exits without waiting for that request.
-    DoneEndSession,
 }
 
 /// The write end of a guardian forked at the start of `main`, or why it could not be.
@@ -75,8 +72,6 @@ pub struct Guardian {
     pending_gone: AtomicU8,
     /// The claim was written: until then a deadline waits to go with it.
     claim_written: AtomicBool,
-    /// `done` asks the guardian to end the session (`DoneEndSession`).
-    end_session: AtomicBool,
     /// The claim, to go with the first session (`claim_with_session`).
     early_claim: Mutex<Option<Vec<u8>>>,
 }
@@ -103,7 +98,6 @@ impl Guardian {
             pending_deadline: AtomicU64::new(0),
             pending_gone: AtomicU8::new(0),
             claim_written: AtomicBool::new(false),
-            end_session: AtomicBool::new(false),
             early_claim: Mutex::new(None),
         }))
     }
@@ -201,24 +195,13 @@ impl Guardian {
         self.flush_pending(&mut self.pipe.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    /// The claim is released: `done` leaves the session's end to the guardian, which
-    /// does it after conlock exited (one request fewer before conlock's exit).
-    pub fn end_session_when_done(&self) {
-        self.end_session.store(true, Ordering::SeqCst);
-    }
-
-    /// Everything ended normally: the guardian exits without doing anything (but the
-    /// session's end, if `end_session_when_done`).
+    /// Everything ended normally: the guardian exits without doing anything.
     pub fn done(&self) {
         // A pending deadline no longer matters; a pending `GroupGone`/`CommandGone` goes
         // before `Done` (see `send_lines`), or a guardian continued meanwhile could act
         // on its last deadline first.
         self.pending_deadline.store(0, Ordering::SeqCst);
-        if self.end_session.load(Ordering::SeqCst) {
-            self.send(&Msg::DoneEndSession);
-        } else {
-            self.send(&Msg::Done);
-        }
+        self.send(&Msg::Done);
         self.pipe.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
@@ -434,7 +417,7 @@ impl Known {
     fn read(&mut self, line: Vec<u8>) -> Option<Msg> {
         if let Some(msg) = decode_at_once(&line) {
             return match msg {
-                Msg::Done | Msg::DoneEndSession => Some(msg),
+                Msg::Done => Some(Msg::Done),
                 m => {
                     self.apply(m);
                     None
@@ -450,7 +433,7 @@ impl Known {
             return None;
         }
         match serde_json::from_slice::<Msg>(&line) {
-            Ok(m @ (Msg::Done | Msg::DoneEndSession)) => Some(m),
+            Ok(Msg::Done) => Some(Msg::Done),
             Ok(m) => {
                 self.apply(m);
                 None
@@ -478,7 +461,7 @@ impl Known {
             Msg::Deadline(ns) => self.deadline = Some(BootInstant::from_nanos(ns)),
             Msg::GroupGone => self.group_gone = true,
             Msg::CommandGone => (self.group_gone, self.command_gone) = (true, true),
-            Msg::Done | Msg::DoneEndSession => {}
+            Msg::Done => {}
         }
     }
 
@@ -603,17 +586,9 @@ fn serve(fd: RawFd) -> i32 {
         while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
             let mut line: Vec<u8> = buf.drain(..=nl).collect();
             line.pop();
-            match known.read(line) {
-                Some(Msg::Done) => {
-                    out.finish();
-                    return 0;
-                }
-                Some(Msg::DoneEndSession) => {
-                    out.finish();
-                    end_session(known);
-                    return 0;
-                }
-                _ => {}
+            if let Some(Msg::Done) = known.read(line) {
+                out.finish();
+                return 0;
             }
         }
     }
@@ -622,26 +597,6 @@ fn serve(fd: RawFd) -> i32 {
     out.finish();
     code
 }
-
-/// Ends the session after conlock released its claim and exited: one try, bounded, and
-/// silent (conlock's stderr is no longer its own to write on); a session left over ends
-/// by its TTL, holding nothing.
-fn end_session(mut known: Known) {
-    known.decode();
-    let (Some(conn), Some((session, _))) = (known.conn, known.session) else {
-        return;
-    };
-    if let Ok(client) = Store::from_config(*conn) {
-        let bounded = client.with_hard_deadline(
-            Instant::now() + END_SESSION_WITHIN,
-            "the guardian ends the session within 2s",
-        );
-        let _ = bounded.destroy_session(&session);
-    }
-}
-
-/// How long the guardian may take to end the session after conlock exited.
-const END_SESSION_WITHIN: Duration = Duration::from_secs(2);
 
 /// The lines the watchdog acts on, as serde writes them (and src/hold/spawn.rs writes
 /// `ProcessGroup`), read without serde. Anything else: None.
@@ -659,7 +614,6 @@ fn decode_at_once(line: &[u8]) -> Option<Msg> {
     }
     match line {
         b"\"Done\"" => Some(Msg::Done),
-        b"\"DoneEndSession\"" => Some(Msg::DoneEndSession),
         b"\"GroupGone\"" => Some(Msg::GroupGone),
         b"\"CommandGone\"" => Some(Msg::CommandGone),
         _ => number(line, b"{\"Deadline\":")
@@ -1046,18 +1000,6 @@ mod tests {
         let mut done = line(&Msg::Done);
         done.pop();
         assert!(matches!(read.read(done), Some(Msg::Done)));
-        // `DoneEndSession` as written, read at once and by serde alike.
-        let mut end = line(&Msg::DoneEndSession);
-        end.pop();
-        assert!(matches!(
-            super::decode_at_once(&end),
-            Some(Msg::DoneEndSession)
-        ));
-        assert!(matches!(
-            serde_json::from_slice::<Msg>(&end),
-            Ok(Msg::DoneEndSession)
-        ));
-        assert!(matches!(read.read(end), Some(Msg::DoneEndSession)));
         // A session recreated again and again does not pile up lines.
         for i in 0..100 {
             let mut l = line(&Msg::Session(format!("s{i}"), 10_000));
@@ -1086,7 +1028,6 @@ mod tests {
             pending_deadline: std::sync::atomic::AtomicU64::new(0),
             pending_gone: std::sync::atomic::AtomicU8::new(0),
             claim_written: std::sync::atomic::AtomicBool::new(false),
-            end_session: std::sync::atomic::AtomicBool::new(false),
             early_claim: std::sync::Mutex::new(None),
         };
         let mut read = || {

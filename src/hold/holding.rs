@@ -189,17 +189,7 @@ impl<'a> Holding<'a> {
         if released && !matches!(outcome, Outcome::Lost(_)) {
             events::emit("released", serde_json::json!({ "session": session_id }));
         }
-        let guardian_ends = guardian.filter(|_| released && cleanup.backend() == "etcd");
-        if let Some(g) = guardian_ends {
-            // etcd: the lease holds nothing now; the guardian revokes it after we exit
-            // (one request fewer before the exit; left alone it ends by its TTL).
-            let id = session.stop_renewing();
-            g.end_session_when_done();
-            ui::verbose(format_args!(
-                "lease {id} is revoked by the guardian once conlock exits"
-            ));
-            drop(session);
-        } else if Instant::now() < cleanup_end {
+        if Instant::now() < cleanup_end {
             session.destroy_with(&cleanup);
         } else {
             ui::warn(format_args!(
