@@ -781,3 +781,44 @@ pub fn etcdctl_lock(etcd: &Etcd, name: &str, cmd: &str) -> Option<Child> {
             .unwrap(),
     )
 }
+
+/// A [`fault_proxy`] to `etcd` that leaves unanswered every txn that puts a key starting
+/// with `key` (see [`put_pattern`]) after the first `skip` of them, which it passes on;
+/// counts them all.
+pub fn proxy_muting_puts(
+    etcd: &Etcd,
+    key: &str,
+    skip: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let pattern = put_pattern(key);
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    let proxy = fault_proxy(upstream, move |req| {
+        if bytes_contain(req, &pattern) && counted.fetch_add(1, Ordering::SeqCst) >= skip {
+            Fault::MuteAnswers
+        } else {
+            Fault::Forward
+        }
+    });
+    (proxy, seen)
+}
+
+/// Runs `next` (a `run` or `sem` with `--timeout 20s` after a run that never started its
+/// command): it must hold and be done well within the 30 s cushion such a run would
+/// otherwise have left.
+pub fn assert_runs_without_a_cushion(next: &mut Command) {
+    let started = Instant::now();
+    let out = next.output().unwrap();
+    assert!(
+        out.status.success(),
+        "the next run did not hold: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the next run kept the cushion of a run that never started its command: {:?}",
+        started.elapsed()
+    );
+}

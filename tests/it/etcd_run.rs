@@ -11,9 +11,9 @@ use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    assert_not_adopted, conlock_etcd, conlock_etcd_at, etcdctl_bin, etcdctl_lock, heartbeat_job,
-    keys_under, now_ns, proxy_answering_503, proxy_with_hook, put_foreign_keys, put_pattern, spans,
-    with_timings, Etcd, EtcdCluster, EtcdOptions, FAST,
+    assert_not_adopted, assert_runs_without_a_cushion, conlock_etcd, conlock_etcd_at, etcdctl_bin,
+    etcdctl_lock, heartbeat_job, keys_under, now_ns, proxy_answering_503, proxy_muting_puts,
+    proxy_with_hook, put_foreign_keys, spans, with_timings, Etcd, EtcdCluster, EtcdOptions, FAST,
 };
 use crate::harness::{bytes_contain, fault_proxy, Fault};
 use crate::harness::{
@@ -57,6 +57,39 @@ fn wait_keys(c: &EtcdClient, name: &str, n: usize) {
         "never {n} keys under {name}/: {:?}",
         keys_under(c, &format!("{name}/"))
     );
+}
+
+/// The next `run` of lock `name` after one that never started its command.
+fn next_run(etcd: &Etcd, name: &str) -> Command {
+    let mut next = conlock_etcd(etcd);
+    next.args(["run", "--key", name, "--timeout", "20s"])
+        .args(FAST)
+        .args(["--", "true"]);
+    next
+}
+
+/// Whether `key` exists now.
+fn exists(c: &EtcdClient, key: &str) -> bool {
+    !c.range(&RangeRequest::key(key.to_string()))
+        .unwrap()
+        .kvs
+        .is_empty()
+}
+
+/// The kinds of `key`'s events from revision `from` on, from etcd's history (read until
+/// the watch is silent for 2 s).
+fn history_of(c: &EtcdClient, key: &str, from: i64) -> Vec<EventType> {
+    let req = WatchCreateRequest {
+        key: key.as_bytes().to_vec(),
+        start_revision: from,
+        ..Default::default()
+    };
+    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
+    let mut history = Vec::new();
+    while let Ok(Some(r)) = stream.next_response() {
+        history.extend(r.events.iter().map(|e| e.kind));
+    }
+    history
 }
 
 fn stderr_of(child: Child) -> String {
@@ -1084,18 +1117,21 @@ fn a_key_named_after_our_lease_on_another_lease_is_not_adopted() {
 #[test]
 fn sigkill_while_the_take_is_unanswered_the_guardian_releases_it() {
     let Some(etcd) = Etcd::shared() else { return };
+    let (name, _) = signal_while_the_take_is_unanswered(etcd, "killed-take", libc::SIGKILL);
+    assert_runs_without_a_cushion(&mut next_run(etcd, &name));
+}
+
+/// An uncontended run (`--lock-delay 30s`) whose take lands but is never answered gets
+/// `sig` once the take is in etcd. Returns the lock's name and how the run ended.
+fn signal_while_the_take_is_unanswered(
+    etcd: &Etcd,
+    what: &str,
+    sig: i32,
+) -> (String, std::process::ExitStatus) {
     let c = etcd.client(T);
-    let name = unique_name("killed-take");
+    let name = unique_name(what);
     let record_key = conlock::claim::etcd_lock::record_key(&name);
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = put_pattern(&record_key);
-    let proxy = fault_proxy(upstream, move |req| {
-        if bytes_contain(req, &pattern) {
-            Fault::MuteAnswers
-        } else {
-            Fault::Forward
-        }
-    });
+    let (proxy, _) = proxy_muting_puts(etcd, &record_key, 0);
     let mut w = KillOnDrop(run_lock_at(
         &proxy,
         &name,
@@ -1103,32 +1139,12 @@ fn sigkill_while_the_take_is_unanswered_the_guardian_releases_it() {
         "true",
     ));
     assert!(
-        wait_for(LONG, || !c
-            .range(&RangeRequest::key(record_key.clone()))
-            .unwrap()
-            .kvs
-            .is_empty()),
+        wait_for(LONG, || exists(&c, &record_key)),
         "the take never landed, the test shows nothing"
     );
-    signal(w.0.id(), libc::SIGKILL);
-    let _ = wait_exit(&mut w.0, LONG);
-    let started = Instant::now();
-    let out = conlock_etcd(etcd)
-        .args(["run", "--key", &name, "--timeout", "20s"])
-        .args(FAST)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the next run did not hold: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "the next run kept the cushion of a run that never started its command: {:?}",
-        started.elapsed()
-    );
+    signal(w.0.id(), sig);
+    let st = wait_exit(&mut w.0, LONG);
+    (name, st)
 }
 
 /// A record take-over (here the uncontended one, in the txn that creates the key)
@@ -1142,15 +1158,7 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     let c = etcd.client(T);
     let name = unique_name("unanswered");
     let record_key = conlock::claim::etcd_lock::record_key(&name);
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = put_pattern(&record_key);
-    let proxy = fault_proxy(upstream, move |req| {
-        if bytes_contain(req, &pattern) {
-            Fault::MuteAnswers
-        } else {
-            Fault::Forward
-        }
-    });
+    let (proxy, _) = proxy_muting_puts(etcd, &record_key, 0);
     let from = c
         .range(&RangeRequest::key(record_key.clone()))
         .unwrap()
@@ -1167,19 +1175,7 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
     assert_eq!(st.code(), Some(75));
     // The record's history: the take-over did land (a put naming the run's key), and was
     // taken back (deleted).
-    let req = WatchCreateRequest {
-        key: record_key.as_bytes().to_vec(),
-        start_revision: from,
-        ..Default::default()
-    };
-    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
-    let mut history = Vec::new();
-    while let Ok(Some(r)) = stream.next_response() {
-        history.extend(r.events.iter().map(|e| e.kind));
-        if history.len() >= 2 {
-            break;
-        }
-    }
+    let history = history_of(&c, &record_key, from);
     assert_eq!(
         history.first(),
         Some(&EventType::Put),
@@ -1190,23 +1186,7 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
         [EventType::Put, EventType::Delete],
         "not taken back"
     );
-    let started = Instant::now();
-    let out = conlock_etcd(etcd)
-        .args(["run", "--key", &name, "--timeout", "20s"])
-        .args(FAST)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "the next run kept the cushion of a run that never started its command: {:?}",
-        started.elapsed()
-    );
+    assert_runs_without_a_cushion(&mut next_run(etcd, &name));
 }
 
 /// The same for a waiter's take-over (the take on its predecessor's release, or the
@@ -1216,8 +1196,7 @@ fn a_take_over_unanswered_by_the_timeout_is_taken_back() {
 /// key); this one fails if the take-back after a wait (`Turn::Busy`) goes.
 #[test]
 fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
     let Some(etcd) = Etcd::shared() else { return };
     let c = etcd.client(T);
     let name = unique_name("unanswered-wait");
@@ -1228,17 +1207,7 @@ fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
     wait_keys(&c, &name, 1);
     // The waiter's first txn that writes the record is its enqueue (its nested take,
     // which fails here): forwarded. Every later one is a take-over: muted.
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = put_pattern(&record_key);
-    let seen = Arc::new(AtomicUsize::new(0));
-    let s2 = seen.clone();
-    let proxy = fault_proxy(upstream, move |req| {
-        if bytes_contain(req, &pattern) && s2.fetch_add(1, Ordering::SeqCst) >= 1 {
-            Fault::MuteAnswers
-        } else {
-            Fault::Forward
-        }
-    });
+    let (proxy, seen) = proxy_muting_puts(etcd, &record_key, 1);
     let mut w = KillOnDrop(run_lock_at(
         &proxy,
         &name,
@@ -1262,38 +1231,13 @@ fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
     );
     // The record's history: the holder's release (a delete), the waiter's take-over(s)
     // (puts naming its key), and the take-back (a delete).
-    let req = WatchCreateRequest {
-        key: record_key.as_bytes().to_vec(),
-        start_revision: from,
-        ..Default::default()
-    };
-    let mut stream = c.watch(&req, Duration::from_secs(2)).unwrap();
-    let mut history = Vec::new();
-    while let Ok(Some(r)) = stream.next_response() {
-        history.extend(r.events.iter().map(|e| e.kind));
-    }
+    let history = history_of(&c, &record_key, from);
     assert!(
         history.len() >= 2 && history[0] == EventType::Delete && history[1] == EventType::Put,
         "the take-over did not land, the test shows nothing: {history:?}"
     );
     assert_eq!(history.last(), Some(&EventType::Delete), "not taken back");
-    let started = Instant::now();
-    let out = conlock_etcd(etcd)
-        .args(["run", "--key", &name, "--timeout", "20s"])
-        .args(FAST)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "the next run kept the cushion of a run that never started its command: {:?}",
-        started.elapsed()
-    );
+    assert_runs_without_a_cushion(&mut next_run(etcd, &name));
 }
 
 /// A stop request (SIGTERM) while the uncontended take's answer is pending, after the
@@ -1304,52 +1248,12 @@ fn a_waiters_take_over_unanswered_by_the_timeout_is_taken_back() {
 fn a_stop_request_while_the_take_is_unanswered_takes_it_back() {
     let Some(etcd) = Etcd::shared() else { return };
     let c = etcd.client(T);
-    let name = unique_name("unanswered-stop");
+    let (name, st) = signal_while_the_take_is_unanswered(etcd, "unanswered-stop", libc::SIGTERM);
+    assert_eq!(st.code(), Some(143));
     let record_key = conlock::claim::etcd_lock::record_key(&name);
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = put_pattern(&record_key);
-    let proxy = fault_proxy(upstream, move |req| {
-        if bytes_contain(req, &pattern) {
-            Fault::MuteAnswers
-        } else {
-            Fault::Forward
-        }
-    });
-    let mut w = KillOnDrop(run_lock_at(
-        &proxy,
-        &name,
-        &["--lock-delay", "30s", "-q"],
-        "true",
-    ));
-    assert!(
-        wait_for(LONG, || !c
-            .range(&RangeRequest::key(record_key.clone()))
-            .unwrap()
-            .kvs
-            .is_empty()),
-        "the take never landed, the test shows nothing"
-    );
-    signal(w.0.id(), libc::SIGTERM);
-    assert_eq!(wait_exit(&mut w.0, LONG).code(), Some(143));
-    let record = c.range(&RangeRequest::key(record_key.clone())).unwrap().kvs;
+    let record = c.range(&RangeRequest::key(record_key)).unwrap().kvs;
     assert!(record.is_empty(), "not taken back: {record:?}");
-    let started = Instant::now();
-    let out = conlock_etcd(etcd)
-        .args(["run", "--key", &name, "--timeout", "20s"])
-        .args(FAST)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "the next run kept the cushion of a run that never started its command: {:?}",
-        started.elapsed()
-    );
+    assert_runs_without_a_cushion(&mut next_run(etcd, &name));
 }
 
 /// etcd compacts its history past the revision a waiter's look read, before the

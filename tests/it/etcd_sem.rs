@@ -2,6 +2,7 @@
 //! more than the limit at once (judged from timestamps the children write), prompt
 //! hand-over, the limit compared, and the slot records' cushion after an involuntary end.
 
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,8 +11,9 @@ use conlock::etcd::types::*;
 use conlock::etcd::EtcdClient;
 
 use crate::etcd_harness::{
-    assert_not_adopted, conlock_etcd, heartbeat_job, keys_under, now_ns, proxy_answering_503,
-    put_foreign_keys, put_pattern, spans, with_timings, Etcd, EtcdOptions, FAST,
+    assert_not_adopted, assert_runs_without_a_cushion, conlock_etcd, heartbeat_job, keys_under,
+    now_ns, proxy_answering_503, proxy_muting_puts, put_foreign_keys, spans, with_timings, Etcd,
+    EtcdOptions, FAST,
 };
 use crate::harness::{bytes_contain, fault_proxy, Fault};
 use crate::harness::{
@@ -121,6 +123,28 @@ fn twelve_contenders_with_limit_three_never_exceed_three_and_all_run() {
     }
 }
 
+/// Two holders of semaphore `prefix` with limit 2, each logging to `log` and running
+/// until its `go` file exists; returns once both commands started.
+fn hold_both_slots(
+    etcd: &Etcd,
+    prefix: &str,
+    log: &Path,
+    go: [&Path; 2],
+) -> (KillOnDrop, KillOnDrop) {
+    let start = |go: &Path| {
+        KillOnDrop(run_sem(
+            etcd,
+            prefix,
+            2,
+            &["-q"],
+            &logged_job(log, &until_exists(go)),
+        ))
+    };
+    let both = (start(go[0]), start(go[1]));
+    assert!(wait_for(LONG, || read(log).matches("S ").count() == 2));
+    both
+}
+
 /// A freed slot starts the next waiter at once: from the end the leaving job wrote to
 /// the start the next one wrote, well under the watch's 30 s silence.
 #[test]
@@ -131,21 +155,7 @@ fn a_freed_slot_starts_the_next_waiter_promptly() {
     let dir = scratch("etcd-sem-handover");
     let log = dir.join("log");
     let (go1, go2) = (dir.join("go1"), dir.join("go2"));
-    let a = KillOnDrop(run_sem(
-        etcd,
-        &prefix,
-        2,
-        &["-q"],
-        &logged_job(&log, &until_exists(&go1)),
-    ));
-    let b = KillOnDrop(run_sem(
-        etcd,
-        &prefix,
-        2,
-        &["-q"],
-        &logged_job(&log, &until_exists(&go2)),
-    ));
-    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    let (a, b) = hold_both_slots(etcd, &prefix, &log, [&go1, &go2]);
     let w = KillOnDrop(run_sem(
         etcd,
         &prefix,
@@ -707,15 +717,7 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
     while records_of(&prefix).len() % 3 != 0 {
         prefix.push('x');
     }
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let pattern = put_pattern(&records_of(&prefix));
-    let proxy = fault_proxy(upstream, move |req| {
-        if bytes_contain(req, &pattern) {
-            Fault::MuteAnswers
-        } else {
-            Fault::Forward
-        }
-    });
+    let (proxy, _) = proxy_muting_puts(etcd, &records_of(&prefix), 0);
     let from = c.range(&RangeRequest::key("x")).unwrap().header.revision;
     let mut w = KillOnDrop(
         conlock_etcd(etcd)
@@ -744,30 +746,19 @@ fn a_slot_write_unanswered_by_the_timeout_is_given_back() {
         landed,
         "the slot write did not land, the test shows nothing"
     );
-    let started = Instant::now();
-    let out = conlock_etcd(etcd)
-        .args([
-            "sem",
-            "--prefix",
-            &prefix,
-            "--limit",
-            "1",
-            "--timeout",
-            "20s",
-        ])
-        .args(with_timings(&[]))
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "the next run kept the cushion of a run that never started its command: {:?}",
-        started.elapsed()
+    assert_runs_without_a_cushion(
+        conlock_etcd(etcd)
+            .args([
+                "sem",
+                "--prefix",
+                &prefix,
+                "--limit",
+                "1",
+                "--timeout",
+                "20s",
+            ])
+            .args(with_timings(&[]))
+            .args(["--", "true"]),
     );
 }
 
@@ -855,21 +846,7 @@ fn a_far_back_waiter_behind_a_nested_semaphores_key_starts_promptly() {
     let dir = scratch("etcd-sem-far-back-nested");
     let log = dir.join("log");
     let (go1, go2, gon) = (dir.join("go1"), dir.join("go2"), dir.join("gon"));
-    let a1 = KillOnDrop(run_sem(
-        etcd,
-        &prefix,
-        2,
-        &["-q"],
-        &logged_job(&log, &until_exists(&go1)),
-    ));
-    let a2 = KillOnDrop(run_sem(
-        etcd,
-        &prefix,
-        2,
-        &["-q"],
-        &logged_job(&log, &until_exists(&go2)),
-    ));
-    assert!(wait_for(LONG, || read(&log).matches("S ").count() == 2));
+    let (a1, a2) = hold_both_slots(etcd, &prefix, &log, [&go1, &go2]);
     // Third in P's line: the holder of semaphore P/n.
     let nested = KillOnDrop(run_sem(
         etcd,
