@@ -495,24 +495,13 @@ impl EtcdLock {
         ))))
     }
 
-    /// Whether our key `key` (created at `my_rev`) is gone and no record of ours is left
-    /// because a release whose answer was lost did land: our release deletes the key and
-    /// our record in one txn, so etcd's history shows both deleted at one revision. A
-    /// revoke or a deletion by someone else deletes the key alone; our record then goes
-    /// later (a successor's write after its cushion, or its release), and that is no
-    /// release of ours. A history etcd no longer has (compacted) cannot say: not counted.
+    /// Whether a release of ours whose answer was lost did land: it deletes our key `key`
+    /// (created at `my_rev`) and our record in one txn, so etcd's history shows both
+    /// deleted at one revision. A revoke or a deletion by someone else deletes the key
+    /// alone; our record then goes later (a successor's write after its cushion, or its
+    /// release), and that is no release of ours. A history etcd no longer has
+    /// (compacted) cannot say: not counted.
     fn released_by_us(&self, r: &mut EtcdReleasing, key: &str, my_rev: i64) -> bool {
-        let gone = r
-            .retry(|c| c.range(&RangeRequest::key(key.to_string())))
-            .is_ok_and(|g| g.kvs.is_empty());
-        if !gone
-            || !matches!(
-                r.retry(|c| self.read_record(c)),
-                Ok(rec) if !rec.as_ref().is_some_and(|(rec, _)| rec.key == key && rec.create_revision == my_rev)
-            )
-        {
-            return false;
-        }
         let Ok(Some(at)) = r.retry(|c| first_delete(c, key, my_rev + 1)) else {
             return false;
         };
@@ -532,17 +521,12 @@ impl EtcdLock {
         c: &EtcdClient,
         session: &dyn SessionHandle,
         sid: &str,
-        (my_rev, mut first_at): (i64, Option<(i64, Record)>),
+        (mine, mut first_at): (HolderRecord, Option<(i64, Record)>),
         deadline: Option<Instant>,
         wait: &WaitDisplay,
     ) -> Result<Turn> {
         let my_key = self.key_of(sid);
-        let mine = HolderRecord {
-            key: my_key.clone(),
-            create_revision: my_rev,
-            lock_delay_ms: session.lock_delay().as_millis() as u64,
-            released: false,
-        };
+        let my_rev = mine.create_revision;
         // Woken by our predecessor's deletion.
         let mut woke = false;
         // Wait until no older key is left; the record as of that read.
@@ -559,7 +543,7 @@ impl EtcdLock {
                 match while_waiting(self.take_after(c, sid, my_rev, &mine), deadline)? {
                     Waited::Got(TakeAfter::Took(rev)) => {
                         // The compares saw the store as of the revision before our put.
-                        return Ok(Turn::Held(self.took(mine, my_rev, rev - 1, rev, sent)));
+                        return Ok(Turn::Held(self.took(mine, rev - 1, rev, sent)));
                     }
                     Waited::Got(TakeAfter::Looked(l)) => l,
                     Waited::Retry => continue,
@@ -670,7 +654,7 @@ impl EtcdLock {
             self.maybe_took.store(true, Ordering::SeqCst);
             match while_waiting(c.txn(&req), deadline)? {
                 Waited::Got(r) if r.succeeded => {
-                    let held = self.took(mine, my_rev, lock_rev, r.header.revision, sent);
+                    let held = self.took(mine, lock_rev, r.header.revision, sent);
                     return Ok(Turn::Held(held));
                 }
                 Waited::Got(_) => return Ok(Turn::KeyGone),
@@ -680,16 +664,11 @@ impl EtcdLock {
         }
     }
 
-    /// We hold: the record `mine` written by a txn at `revision` (its only put, so the
-    /// record's mod revision), sent at `sent`; `lock_rev` is `ETCD_LOCK_REV`.
-    fn took(
-        &self,
-        mine: HolderRecord,
-        my_rev: i64,
-        lock_rev: i64,
-        revision: i64,
-        sent: BootInstant,
-    ) -> Held {
+    /// We hold: the record `mine` (naming our key's create revision) written by a txn at
+    /// `revision` (its only put, so the record's mod revision), sent at `sent`;
+    /// `lock_rev` is `ETCD_LOCK_REV`.
+    fn took(&self, mine: HolderRecord, lock_rev: i64, revision: i64, sent: BootInstant) -> Held {
+        let my_rev = mine.create_revision;
         *self.written.lock().unwrap() = Some((mine, revision));
         self.my_rev.store(my_rev, Ordering::SeqCst);
         self.held_rev.store(revision, Ordering::SeqCst);
@@ -859,7 +838,7 @@ impl Claim for EtcdLock {
                     create_revision: my_rev,
                     ..mine
                 };
-                return Ok(Some(self.took(mine, my_rev, my_rev, my_rev, sent)));
+                return Ok(Some(self.took(mine, my_rev, my_rev, sent)));
             }
             if my_rev == 0 {
                 // Our txn found the key gone between compare and read: the lease went.
@@ -869,7 +848,11 @@ impl Claim for EtcdLock {
                 }
                 continue;
             }
-            match self.turn(c, session, &sid, (my_rev, first_at), deadline, wait)? {
+            let mine = HolderRecord {
+                create_revision: my_rev,
+                ..mine
+            };
+            match self.turn(c, session, &sid, (mine, first_at), deadline, wait)? {
                 Turn::Held(h) => return Ok(Some(h)),
                 Turn::Busy => {
                     // A take-over may have landed: marked released, so that conlock

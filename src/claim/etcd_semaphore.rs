@@ -185,14 +185,13 @@ impl EtcdSemaphore {
                     CompareResult::Equal,
                 ),
             ],
-            success: vec![
-                RequestOp::Put(PutRequest {
-                    lease,
-                    ..PutRequest::new(my_key.clone(), self.value.bytes())
-                }),
-                self.look_ranges()[0].clone(),
-                self.look_ranges()[1].clone(),
-            ],
+            success: [RequestOp::Put(PutRequest {
+                lease,
+                ..PutRequest::new(my_key.clone(), self.value.bytes())
+            })]
+            .into_iter()
+            .chain(self.look_ranges())
+            .collect(),
             failure: vec![
                 RequestOp::Range(RangeRequest::key(my_key.clone())),
                 RequestOp::Range(RangeRequest::key(self.limit_key())),
@@ -499,18 +498,15 @@ impl EtcdSemaphore {
             // or one on no lease never writes our record, and a waiter asleep on it
             // started up to 3 s late (etcd_sem::a_far_back_waiter_behind_a_nested_...).
             let far_back = rank >= 2 * limit;
-            let contender = |kv: &KeyValue| {
-                kv.lease > 0
-                    && kv.key == format!("{}{:x}", contenders_of(&self.prefix), kv.lease).as_bytes()
-            };
-            let target = look
-                .keys
-                .get(rank.wrapping_sub(limit))
-                .filter(|t| far_back && contender(t));
+            let target = look.keys.get(rank.wrapping_sub(limit)).filter(|t| {
+                far_back
+                    && t.lease > 0
+                    && t.key == self.key_of(&format!("{:x}", t.lease)).as_bytes()
+            });
             let narrow = target.is_some();
             let reqs = match target {
                 Some(target) => {
-                    let lease = show(&target.key[contenders_of(&self.prefix).len()..]);
+                    let lease = format!("{:x}", target.lease);
                     vec![
                         WatchCreateRequest {
                             key: target.key.clone(),
@@ -519,7 +515,7 @@ impl EtcdSemaphore {
                             ..Default::default()
                         },
                         WatchCreateRequest {
-                            key: format!("{}{lease}", records_of(&self.prefix)).into_bytes(),
+                            key: self.record_key(&lease).into_bytes(),
                             start_revision: look.revision + 1,
                             ..Default::default()
                         },
