@@ -93,8 +93,8 @@ pub trait SessionHandle {
     fn id(&self) -> String;
     /// Why the session is known to be gone, if it is.
     fn lost(&self) -> Option<String>;
-    /// Replaces a lost session by a new one.
-    fn recreate(&self) -> std::result::Result<(), StoreError>;
+    /// Replaces a lost session by a new one, within `deadline` (the wait's `--timeout`).
+    fn recreate(&self, deadline: Option<Instant>) -> std::result::Result<(), StoreError>;
     fn ttl(&self) -> Duration;
     /// The effective lock-delay (a semaphore holder's cushion).
     fn lock_delay(&self) -> Duration;
@@ -247,7 +247,11 @@ pub fn while_waiting<T>(
 /// failure while waiting is, until `deadline`. False once it has passed: give up as busy.
 pub fn replace_session(session: &dyn SessionHandle, deadline: Option<Instant>) -> Result<bool> {
     loop {
-        match session.recreate() {
+        // After a pause that ran to --timeout no request is sent.
+        if deadline_passed(deadline) {
+            return Ok(false);
+        }
+        match session.recreate(deadline) {
             Ok(()) => return Ok(true),
             Err(e) if e.is_retryable() || e.cut_short() => {
                 if deadline_passed(deadline) {

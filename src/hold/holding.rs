@@ -133,7 +133,12 @@ impl<'a> Holding<'a> {
     /// Never acquired (busy, or the wait failed): the session goes, within the cleanup
     /// budget (it may hold what the wait acquired as it failed), then the `exit` event.
     pub(super) fn give_up(self, end: Result<(i32, &'static str)>) -> Result<i32> {
-        self.session.destroy_with(&cleanup_client(self.client));
+        // A session the store said is gone (one not replaced by --timeout) needs no
+        // destroy: a hung store would hold the exit for the cleanup budget.
+        match self.session.lost() {
+            Some(why) => ui::verbose(format_args!("not destroying it: {why}")),
+            None => self.session.destroy_with(&cleanup_client(self.client)),
+        }
         end.map(|(code, how)| exit_event(code, how))
     }
 

@@ -354,22 +354,41 @@ impl Session {
         Ok(true)
     }
 
-    /// Replaces a lost session by a new one (for example after the server lost its state).
-    pub fn recreate(&self) -> Result<(), StoreError> {
-        let old = self.id();
+    /// Replaces a lost session by a new one (for example after the server lost its state),
+    /// within `deadline` (the wait's `--timeout`): a store that hangs does not keep a
+    /// waiter past it.
+    pub fn recreate(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
+        let old = {
+            let mut s = self.state();
+            // Known gone (an acquire refused it): not renewed, and a wait that gives up
+            // does not wait on its destroy.
+            let id = s.id.clone();
+            s.lost
+                .get_or_insert_with(|| format!("session {id} is gone"));
+            id
+        };
         // One short try: the old one is usually gone already, and one left over holds
         // nothing and expires by its TTL; an election must not hold a waiter past
         // --timeout here.
+        let end = Instant::now() + Duration::from_secs(1);
         let _ = self
             .shared
             .client
             .with_hard_deadline(
-                Instant::now() + Duration::from_secs(1),
-                "ending a lost session while waiting is bounded to 1s",
+                deadline.map_or(end, |d| d.min(end)),
+                "ending a lost session while waiting is bounded to 1s and --timeout",
             )
             .destroy_session(&old);
+        // The creator's deadline leaves time for an answer to a read sent just before
+        // --timeout; a session made after it would serve nothing.
+        let creator = match deadline {
+            Some(d) => self
+                .shared
+                .creator
+                .with_deadline(d, "replacing a lost session ends at --timeout"),
+            None => self.shared.creator.clone(),
+        };
         let mut sent = BootInstant::now();
-        let creator = &self.shared.creator;
         let id = creator.create_session(&options(&self.shared.spec), || {
             sent = BootInstant::now();
         })?;
@@ -437,8 +456,8 @@ impl SessionHandle for Session {
         Session::lost(self)
     }
 
-    fn recreate(&self) -> Result<(), StoreError> {
-        Session::recreate(self)
+    fn recreate(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
+        Session::recreate(self, deadline)
     }
 
     fn ttl(&self) -> Duration {

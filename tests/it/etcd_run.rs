@@ -1755,6 +1755,70 @@ fn a_release_that_never_landed_after_a_revoke_is_not_counted_as_released() {
     assert!(err.contains("could not release"), "{err}");
 }
 
+/// A waiter whose lease is revoked while it waits, and whose member then hangs every
+/// lease grant and revoke, gives up at its --timeout (exit 75): neither the 1s for the
+/// old lease's revoke, nor the grant, nor a revoke of the gone lease at the exit holds
+/// it later (before: about --timeout + 5s, the grant's 2s answer grace and the 3s
+/// cleanup budget).
+#[test]
+fn a_waiter_whose_lost_lease_cannot_be_replaced_gives_up_at_its_timeout() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("regrant-hang");
+    let dir = scratch("etcd-regrant-hang");
+    let go = dir.join("go");
+    let mut a = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let hang = Arc::new(AtomicBool::new(false));
+    let hung_grants = Arc::new(AtomicUsize::new(0));
+    let (h2, n2) = (hang.clone(), hung_grants.clone());
+    let proxy = fault_proxy(upstream, move |req| {
+        let grant = bytes_contain(req, b"/v3/lease/grant");
+        if !h2.load(Ordering::SeqCst) || !(grant || bytes_contain(req, b"/v3/lease/revoke")) {
+            return Fault::Forward;
+        }
+        if grant {
+            n2.fetch_add(1, Ordering::SeqCst);
+        }
+        Fault::Hang
+    });
+    let started = Instant::now();
+    let timeout = format!("{}s", TIMEOUT.as_secs());
+    let mut b = KillOnDrop(run_lock_at(&proxy, &name, &["--timeout", &timeout], "true"));
+    wait_keys(&c, &name, 2);
+    let b_lease = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .max_by_key(|kv| kv.create_revision)
+        .unwrap()
+        .lease;
+    hang.store(true, Ordering::SeqCst);
+    c.lease_revoke(b_lease).unwrap();
+    let st = wait_exit(&mut b.0, LONG);
+    let took = started.elapsed();
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(75), "B: {berr}");
+    assert!(
+        hung_grants.load(Ordering::SeqCst) >= 1,
+        "no grant of B met the hang before --timeout, the test shows nothing: {berr}"
+    );
+    // From the spawn: the start-up before the wait, and the exit, within 3s.
+    assert!(
+        took < TIMEOUT + Duration::from_secs(3),
+        "B gave up {took:?} after it started, with --timeout {timeout}: {berr}"
+    );
+    assert!(
+        berr.contains("to lease grant") && berr.contains("not retrying: --timeout has passed"),
+        "B: {berr}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut a.0, LONG).success());
+}
+
 /// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
 /// its lease; etcd answers "no leader" (on kept-alive connections, as a member without a
 /// leader does) to its revokes until it tries a grant, and to every grant: the waiter

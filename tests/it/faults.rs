@@ -573,6 +573,89 @@ fn a_waiter_that_cannot_replace_its_lost_session_at_once_keeps_waiting() {
     }
 }
 
+/// A lock waiter whose session is gone while it waits, and whose agent then hangs every
+/// session create and destroy, gives up at its --timeout (exit 75): neither the 1s for
+/// the old session's end, nor the create, nor a destroy of the gone session at the exit
+/// holds it later (before: about --timeout + 5s, the create's 2s answer grace and the
+/// 3s cleanup budget).
+#[test]
+fn a_waiter_whose_lost_session_cannot_be_replaced_gives_up_at_its_timeout() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let server = start_server();
+    let c = client(&server);
+    let dir = scratch("replace-hang");
+    let go = dir.join("go");
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["run", "--key", "replace-hang/k", "--", "sh", "-c"])
+            .arg(format!(
+                "touch {0}.ran; {1}",
+                go.display(),
+                until_exists(&go)
+            ))
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || dir.join("go.ran").exists()), "never ran");
+    let theirs = c.session_list(QueryOptions::default()).unwrap().0;
+    let hang = Arc::new(AtomicBool::new(false));
+    let hung_creates = Arc::new(AtomicUsize::new(0));
+    let (h2, n2) = (hang.clone(), hung_creates.clone());
+    let proxy = fault_proxy(server.addr().to_string(), move |req| {
+        let create = bytes_contain(req, b"PUT /v1/session/create");
+        if !h2.load(Ordering::SeqCst) || !(create || bytes_contain(req, b"/v1/session/destroy/")) {
+            return Fault::Forward;
+        }
+        if create {
+            n2.fetch_add(1, Ordering::SeqCst);
+        }
+        Fault::Hang
+    });
+    let addr = proxy.trim_start_matches("http://").parse().unwrap();
+    let started = Instant::now();
+    let mut w = KillOnDrop(
+        conlock_at(addr)
+            .args(["run", "--key", "replace-hang/k", "--timeout"])
+            .arg(format!("{}s", TIMEOUT.as_secs()))
+            .args(["--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_sessions(&server, 2), "the waiter has no session");
+    let mine = c.session_list(QueryOptions::default()).unwrap().0;
+    let mine = mine
+        .iter()
+        .find(|s| theirs.iter().all(|t| t.id != s.id))
+        .unwrap();
+    hang.store(true, Ordering::SeqCst);
+    assert!(server.expire_session(&mine.id));
+    // The holder lets go: the waiter's acquire is refused (invalid session), and its
+    // replacement meets the hang.
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut h.0, LONG).success());
+    let st = wait_exit(&mut w.0, LONG);
+    let took = started.elapsed();
+    let mut err = String::new();
+    w.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(st.code(), Some(75), "{err}");
+    assert!(
+        hung_creates.load(Ordering::SeqCst) >= 1,
+        "no session create met the hang before --timeout, the test shows nothing: {err}"
+    );
+    // From the spawn: the start-up before the wait, and the exit, within 3s.
+    assert!(
+        took < TIMEOUT + Duration::from_secs(3),
+        "--timeout {TIMEOUT:?} but ended after {took:?}:\n{err}"
+    );
+    assert!(
+        err.contains("replacing a lost session ends at --timeout"),
+        "{err}"
+    );
+}
+
 /// REVIEW3 finding 1: an agent (or a proxy in between) that answers every acquire of
 /// the lock with "invalid session", even for the session it just created, must not
 /// make a lock waiter create sessions and acquire in a loop without a pause (the
