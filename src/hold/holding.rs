@@ -136,7 +136,7 @@ impl<'a> Holding<'a> {
         // A session the store said is gone (one not replaced by --timeout) needs no
         // destroy: a hung store would hold the exit for the cleanup budget.
         match self.session.lost() {
-            Some(why) => ui::verbose(format_args!("not destroying it: {why}")),
+            Some(why) => ui::verbose(format_args!("{why}: not destroying it")),
             None => self.session.destroy_with(&cleanup_client(self.client)),
         }
         end.map(|(code, how)| exit_event(code, how))

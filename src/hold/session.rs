@@ -379,8 +379,8 @@ impl Session {
                 "ending a lost session while waiting is bounded to 1s and --timeout",
             )
             .destroy_session(&old);
-        // The creator's deadline leaves time for an answer to a read sent just before
-        // --timeout; a session made after it would serve nothing.
+        // Without the wait's answer grace past --timeout (kept for a read sent just
+        // before it): a session made after --timeout serves nothing.
         let creator = match deadline {
             Some(d) => self
                 .shared
