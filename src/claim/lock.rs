@@ -295,6 +295,7 @@ impl Claim for Lock {
                     ui::verbose(format_args!(
                         "session {session_id} is gone; creating a new one"
                     ));
+                    session.gone(format!("Consul calls session {session_id} invalid"));
                     if !claim::replace_session(session, deadline)? {
                         return Ok(None);
                     }

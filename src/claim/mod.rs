@@ -95,6 +95,8 @@ pub trait SessionHandle {
     fn lost(&self) -> Option<String>;
     /// Replaces a lost session by a new one, within `deadline` (the wait's `--timeout`).
     fn recreate(&self, deadline: Option<Instant>) -> std::result::Result<(), StoreError>;
+    /// The store said the session is gone (`why`): a wait that gives up does not destroy it.
+    fn gone(&self, why: String);
     fn ttl(&self) -> Duration;
     /// The effective lock-delay (a semaphore holder's cushion).
     fn lock_delay(&self) -> Duration;

@@ -24,6 +24,9 @@ use crate::ui;
 pub const CLEANUP_BUDGET: Duration = Duration::from_secs(3);
 
 /// `client` for the cleanup: its calls end within `CLEANUP_BUDGET` from now.
+/// The second try to end a session whose replacement failed at --timeout.
+const ABANDONED_DESTROY: Duration = Duration::from_secs(1);
+
 fn cleanup_client(client: &Store) -> Store {
     client.with_deadline(
         Instant::now() + CLEANUP_BUDGET,
@@ -134,9 +137,17 @@ impl<'a> Holding<'a> {
     /// budget (it may hold what the wait acquired as it failed), then the `exit` event.
     pub(super) fn give_up(self, end: Result<(i32, &'static str)>) -> Result<i32> {
         // A session the store said is gone (one not replaced by --timeout) needs no
-        // destroy: a hung store would hold the exit for the cleanup budget.
+        // destroy: a hung store would hold the exit for the cleanup budget. One given up
+        // on by a replacement whose destroy failed may still hold what the wait wrote
+        // (a semaphore's contender key): one more try, short, as the store just hung.
         match self.session.lost() {
             Some(why) => ui::verbose(format_args!("{why}: not destroying it")),
+            None if self.session.abandoned() => {
+                self.session.destroy_with(&self.client.with_hard_deadline(
+                    Instant::now() + ABANDONED_DESTROY,
+                    "ending a session given up on is bounded to 1s",
+                ))
+            }
             None => self.session.destroy_with(&cleanup_client(self.client)),
         }
         end.map(|(code, how)| exit_event(code, how))

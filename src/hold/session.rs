@@ -183,6 +183,9 @@ struct State {
     stop: bool,
     /// Not renewing: a lock waiter holds nothing, so it spares Consul the renewals.
     paused: bool,
+    /// Being replaced: given up on, so not renewed, but not known gone (its destroy
+    /// failed, or is under way); a wait that gives up tries once more, briefly.
+    abandoned: bool,
     on_lost: Option<Sender<Event>>,
     /// Told the new deadline after each confirmation (the guardian's watchdog).
     on_confirmed: Option<DeadlineHook>,
@@ -227,6 +230,7 @@ impl Session {
                 lost: None,
                 stop: false,
                 paused: !renew,
+                abandoned: false,
                 on_lost: None,
                 on_confirmed: None,
             }),
@@ -295,6 +299,18 @@ impl Session {
         self.state().lost.clone()
     }
 
+    /// The store said the session is gone (an acquire refused it as invalid): no more
+    /// renewals, and no destroy when the wait gives up.
+    pub fn gone(&self, why: String) {
+        self.state().lost.get_or_insert(why);
+    }
+
+    /// Given up on by a replacement that did not finish, and not known gone.
+    pub fn abandoned(&self) -> bool {
+        let s = self.state();
+        s.abandoned && s.lost.is_none()
+    }
+
     /// Sends `Event::Lost` to `tx` once the session is known to be gone (at once if it is).
     pub fn notify_lost(&self, tx: Sender<Event>) {
         let mut s = self.state();
@@ -360,18 +376,15 @@ impl Session {
     pub fn recreate(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
         let old = {
             let mut s = self.state();
-            // Known gone (an acquire refused it): not renewed, and a wait that gives up
-            // does not wait on its destroy.
-            let id = s.id.clone();
-            s.lost
-                .get_or_insert_with(|| format!("session {id} is gone"));
-            id
+            // Given up on: no more renewals, whether or not the destroy below gets through.
+            s.abandoned = true;
+            s.id.clone()
         };
         // One short try: the old one is usually gone already, and one left over holds
         // nothing and expires by its TTL; an election must not hold a waiter past
         // --timeout here.
         let end = Instant::now() + Duration::from_secs(1);
-        let _ = self
+        let ended = self
             .shared
             .client
             .with_hard_deadline(
@@ -379,6 +392,11 @@ impl Session {
                 "ending a lost session while waiting is bounded to 1s and --timeout",
             )
             .destroy_session(&old);
+        if ended.is_ok() {
+            // Gone now (an unknown session is no error): a wait that gives up need not
+            // wait on another destroy.
+            self.gone(format!("session {old} is ended"));
+        }
         // Without the wait's answer grace past --timeout (kept for a read sent just
         // before it): a session made after --timeout serves nothing.
         let creator = match deadline {
@@ -400,6 +418,7 @@ impl Session {
         s.id = id;
         renewed(&mut s, &self.shared.spec, sent);
         s.lost = None;
+        s.abandoned = false;
         drop(s);
         self.shared.wake.notify_all();
         Ok(())
@@ -458,6 +477,10 @@ impl SessionHandle for Session {
 
     fn recreate(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
         Session::recreate(self, deadline)
+    }
+
+    fn gone(&self, why: String) {
+        Session::gone(self, why)
     }
 
     fn ttl(&self) -> Duration {
@@ -549,7 +572,7 @@ fn renew_loop(shared: &Shared) {
                     }
                     _ => next_confirm = None,
                 }
-                let active = s.lost.is_none() && !s.paused;
+                let active = s.lost.is_none() && !s.paused && !s.abandoned;
                 if active && next_confirm.is_some_and(|c| now >= c) {
                     break (s.id.clone(), Job::Confirm);
                 }
@@ -698,6 +721,7 @@ mod tests {
             lost: None,
             stop: false,
             paused: false,
+            abandoned: false,
             on_lost: None,
             on_confirmed: None,
         };
@@ -779,6 +803,7 @@ mod tests {
             lost: None,
             stop: false,
             paused: false,
+            abandoned: false,
             on_lost: None,
             on_confirmed: None,
         };

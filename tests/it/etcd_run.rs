@@ -1819,6 +1819,67 @@ fn a_waiter_whose_lost_lease_cannot_be_replaced_gives_up_at_its_timeout() {
     assert!(wait_exit(&mut a.0, LONG).success());
 }
 
+/// A waiter whose key someone deleted (its lease still alive) replaces its lease; the
+/// member hangs the old lease's revoke once and every grant, so it gives up at
+/// --timeout. The lease it gave up on was never said gone: the exit revokes it (one
+/// more short try), instead of leaving it to its TTL with whatever it held.
+#[test]
+fn a_waiter_that_gives_up_on_a_live_lease_still_revokes_it() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const TIMEOUT: Duration = Duration::from_secs(6);
+    let Some(etcd) = Etcd::shared() else { return };
+    let c = etcd.client(T);
+    let name = unique_name("regrant-live");
+    let dir = scratch("etcd-regrant-live");
+    let go = dir.join("go");
+    let mut a = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
+    wait_keys(&c, &name, 1);
+    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
+    let hang = Arc::new(AtomicBool::new(false));
+    let (grants, revokes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (h2, g2, r2) = (hang.clone(), grants.clone(), revokes.clone());
+    let proxy = fault_proxy(upstream, move |req| {
+        if !h2.load(Ordering::SeqCst) {
+            return Fault::Forward;
+        }
+        if bytes_contain(req, b"/v3/lease/grant") {
+            g2.fetch_add(1, Ordering::SeqCst);
+            return Fault::Hang;
+        }
+        if bytes_contain(req, b"/v3/lease/revoke") && r2.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Fault::Hang;
+        }
+        Fault::Forward
+    });
+    let timeout = format!("{}s", TIMEOUT.as_secs());
+    let mut b = KillOnDrop(run_lock_at(&proxy, &name, &["--timeout", &timeout], "true"));
+    wait_keys(&c, &name, 2);
+    let b_key = keys_under(&c, &format!("{name}/"))
+        .into_iter()
+        .max_by_key(|kv| kv.create_revision)
+        .unwrap();
+    hang.store(true, Ordering::SeqCst);
+    c.delete_range(&DeleteRangeRequest::key(b_key.key.clone()))
+        .unwrap();
+    let st = wait_exit(&mut b.0, LONG);
+    let mut berr = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
+    assert_eq!(st.code(), Some(75), "B: {berr}");
+    assert!(
+        grants.load(Ordering::SeqCst) >= 1 && revokes.load(Ordering::SeqCst) >= 1,
+        "B's replacement never met the hang, the test shows nothing: {berr}"
+    );
+    assert_eq!(
+        c.lease_time_to_live(b_key.lease, false).unwrap().ttl,
+        -1,
+        "B's lease {:x} outlived B: {berr}",
+        b_key.lease
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut a.0, LONG).success());
+}
+
 /// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
 /// its lease; etcd answers "no leader" (on kept-alive connections, as a member without a
 /// leader does) to its revokes until it tries a grant, and to every grant: the waiter
