@@ -155,6 +155,26 @@ impl View {
     }
 }
 
+impl View {
+    /// The waiters in line before a contender created at `created`, oldest first:
+    /// (session, CreateIndex, ModifyIndex). A key that is not listed in `.lock` but was
+    /// rewritten (ModifyIndex above its CreateIndex) is no waiter: conlock rewrites its
+    /// key only once listed, so it is a holder that just gave its slot back and whose
+    /// session's destroy deletes the key next. Counted as a waiter, it made the next
+    /// waiter wait for that delete before taking the slot it freed (one more read).
+    fn waiters_before(&self, created: u64) -> Vec<(&String, u64, u64)> {
+        let mut v: Vec<_> = self
+            .contenders
+            .iter()
+            .filter(|(s, _)| !self.state.holders.contains_key(*s))
+            .filter(|(_, &(c, m))| c < created && m == c)
+            .map(|(s, &(c, m))| (s, c, m))
+            .collect();
+        v.sort_by_key(|&(_, c, _)| c);
+        v
+    }
+}
+
 /// A waiter's memory of vanished holders. Such a holder's command may still run until
 /// its own deadline, which is at most its cushion after the last moment it confirmed
 /// its key, so its slot is taken back only a cushion after the waiter first saw the key
@@ -532,17 +552,7 @@ impl Claim for Semaphore {
             let free = (self.limit as usize).saturating_sub(state.holders.len());
             // First come, first served: only the oldest `free` waiters write, so a freed
             // slot does not make every waiter rewrite `.lock` at once.
-            let ahead: Vec<(&String, u64, u64)> = {
-                let mut v: Vec<_> = view
-                    .contenders
-                    .iter()
-                    .filter(|(s, _)| !view.state.holders.contains_key(*s))
-                    .filter(|(_, &(created, _))| created < my_created)
-                    .map(|(s, &(c, m))| (s, c, m))
-                    .collect();
-                v.sort_by_key(|&(_, c, _)| c);
-                v
-            };
+            let ahead = view.waiters_before(my_created);
             let rank = ahead.len();
             // Out of time (or `--timeout 0s`): this is the last chance, so try any free slot.
             let my_turn = rank < free || timed_out || claim::deadline_passed(deadline);
@@ -705,7 +715,6 @@ impl Claim for Semaphore {
         // Retried through a leader election's 5xx answers, for 10 s in all.
         let mut r = claim::Releasing::new(client);
         let lock_key = self.lock_key();
-        let mine = self.contender_key(session_id);
         // `.lock` first, by check-and-set against what we read, so that a waiter sees a
         // free slot at once (not a vanished holder with a cushion); the last one out
         // removes `.lock`, also by check-and-set, so a newcomer that just joined keeps it.
@@ -747,7 +756,7 @@ impl Claim for Semaphore {
             let mut state = view.state.clone();
             state.remove(session_id);
             let done = r.retry(|client| {
-                if state.holders.is_empty() && view.contenders.is_empty() {
+                if state.holders.is_empty() && view.waiters_before(u64::MAX).is_empty() {
                     client.kv_delete(&lock_key, Some(at), false)
                 } else {
                     self.write_lock(client, &view, &state)
@@ -769,7 +778,11 @@ impl Claim for Semaphore {
                 }
             }
         }
-        let _ = r.retry(|client| client.kv_delete(&mine, None, false));
+        // Our contender key is not deleted here: the session's destroy, which follows
+        // every release (the guardian's too), deletes it (behavior delete, recorded in
+        // 06-behavior-delete), one request fewer. Should the destroy fail, the key goes
+        // with the session's TTL, and waiters meanwhile do not count it as ahead of
+        // them (`View::waiters_before`).
         released
     }
 

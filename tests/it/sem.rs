@@ -566,3 +566,97 @@ fn a_lock_created_and_deleted_meanwhile_is_no_puzzle_and_no_spin() {
         "{sent} requests in {secs:.1} s: {stderr}"
     );
 }
+
+/// Requests of an uncontended slot: session create, the contender key's creation, a
+/// consistent read of the prefix, the `.lock` check-and-set, the rewrite of our key (the
+/// fencing token), the consistent read that shows both, the monitor's two blocking
+/// queries, the release's read and its check-and-set delete of `.lock` (last one out),
+/// the session's destroy. The contender key goes with that destroy (behavior delete): no
+/// request of its own (there was one: 12).
+#[test]
+fn uncontended_slot_sends_eleven_requests() {
+    let server = start_server();
+    let dir = scratch("semcount");
+    let go = dir.join("go");
+    let wait_go = until_exists(&go);
+    let before = server.request_count();
+    // A long lock-delay and TTL: no confirmation or renewal on a slow machine.
+    let mut kid = conlock(&server)
+        .args(["sem", "--limit", "2", "--prefix", "semcount"])
+        .args(["--ttl", "60s", "--lock-delay", "60s", "--"])
+        .args(["sh", "-c", &wait_go])
+        .spawn()
+        .unwrap();
+    // The job ends only once the monitor's two queries are in, so the count does not
+    // depend on whether the monitor got to run before a very short job ended.
+    assert!(
+        wait_for(LONG, || server.blocking_count() >= 2),
+        "the monitor's two queries never came ({} requests)",
+        server.request_count() - before
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut kid, LONG).success());
+    assert_eq!(server.request_count() - before, 11);
+    assert!(nothing_left(&server, "semcount"));
+}
+
+/// A holder that gave its slot back leaves its contender key until its session's
+/// destroy deletes it. That key, unlisted but rewritten (conlock rewrites its key only
+/// once listed), is no waiter: the next contender takes the free slot at once instead of
+/// waiting for the delete as if that key were ahead of it in line, and the last one out
+/// still deletes `.lock`.
+#[test]
+fn a_released_holders_key_is_not_ahead_in_line() {
+    let server = start_server();
+    let c = client(&server);
+    let gone = c
+        .session_create(&conlock::consul::SessionRequest {
+            name: "released holder".into(),
+            behavior: Some("delete".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let key = format!("semghost/{gone}");
+    let contender = PutOptions {
+        flags: SEMAPHORE_FLAGS,
+        acquire: Some(&gone),
+        ..Default::default()
+    };
+    // Created, then rewritten after taking a slot, as a conlock holder does.
+    assert!(c.kv_put(&key, b"", contender).unwrap());
+    assert!(c.kv_put(&key, b"", contender).unwrap());
+    let (pair, _) = c.kv_get(&key, QueryOptions::default()).unwrap();
+    let pair = pair.unwrap();
+    assert!(pair.modify_index > pair.create_index, "{pair:?}");
+    // Its slot given back: `.lock` lists nobody.
+    let lock = PutOptions {
+        flags: SEMAPHORE_FLAGS,
+        cas: Some(0),
+        ..Default::default()
+    };
+    assert!(c
+        .kv_put("semghost/.lock", br#"{"Limit":1,"Holders":{}}"#, lock)
+        .unwrap());
+    let ev = scratch("semghost").join("events.jsonl");
+    conlock(&server)
+        .args(["sem", "--limit", "1", "--prefix", "semghost", "--events"])
+        .arg(&ev)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let events = std::fs::read_to_string(&ev).unwrap();
+    assert!(
+        !events.contains(r#""event":"waiting""#),
+        "the contender waited behind a released holder's key: {events}"
+    );
+    assert!(events.contains(r#""event":"acquired""#), "{events}");
+    // The last one out deleted `.lock`; the released holder's key is untouched.
+    let left: Vec<String> = c
+        .kv_list("semghost", QueryOptions::default())
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|p| p.key)
+        .collect();
+    assert_eq!(left, [key]);
+}
