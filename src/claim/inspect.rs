@@ -382,7 +382,9 @@ fn inspect_consul(
                 let Some(s) = c.holder() else { continue };
                 if held.iter().any(|h| h == s) {
                     holders.push(holder(client, c, s));
-                } else {
+                } else if c.modify_index == c.create_index {
+                    // Unlisted but rewritten: a conlock holder that gave its slot back,
+                    // its key not yet gone with its session (as the waiters see it).
                     waiting += 1;
                 }
             }

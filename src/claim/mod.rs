@@ -311,6 +311,12 @@ impl Releasing {
         &self.client
     }
 
+    /// Whether a step was answered with a 5xx (an election): what follows the release
+    /// (the session's destroy, one try) may not get through either.
+    pub fn met_election(&self) -> bool {
+        self.until.is_some()
+    }
+
     pub fn retry<T>(
         &mut self,
         mut f: impl FnMut(&Client) -> std::result::Result<T, ConsulError>,

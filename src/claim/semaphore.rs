@@ -374,10 +374,22 @@ impl Claim for Semaphore {
             let sid = session.id();
             if enter {
                 let key = self.contender_key(&sid);
+                let mut again = false;
                 let written = crate::consul::retry_transient(
                     "creating the contender key",
                     client.deadline(),
-                    || self.write_contender(client, &sid),
+                    || {
+                        // A try whose answer was lost may have landed: writing again would
+                        // make our key look rewritten, a departed holder's, to the waiters
+                        // behind us (`View::waiters_before`).
+                        if std::mem::replace(&mut again, true) {
+                            let (pair, _) = client.kv_get(&key, QueryOptions::default())?;
+                            if pair.as_ref().and_then(|p| p.holder()) == Some(sid.as_str()) {
+                                return Ok(true);
+                            }
+                        }
+                        self.write_contender(client, &sid)
+                    },
                 )?;
                 if !written {
                     // Our session was invalidated: a new one gets a new key. A new
@@ -778,11 +790,16 @@ impl Claim for Semaphore {
                 }
             }
         }
-        // Our contender key is not deleted here: the session's destroy, which follows
-        // every release (the guardian's too), deletes it (behavior delete, recorded in
-        // 06-behavior-delete), one request fewer. Should the destroy fail, the key goes
-        // with the session's TTL, and waiters meanwhile do not count it as ahead of
-        // them (`View::waiters_before`).
+        // After a clean release our contender key is left to the session's destroy, which
+        // follows every release (the guardian's too) and deletes it (behavior delete,
+        // recorded in 06-behavior-delete): one request fewer. After an election or a
+        // failed release it is deleted here, retried as the release is: the destroy is
+        // one try and may be skipped when the cleanup budget is spent, and a waiter of
+        // an older build counts the key ahead of it until it goes (up to 2 TTL).
+        if !released || r.met_election() {
+            let mine = self.contender_key(session_id);
+            let _ = r.retry(|client| client.kv_delete(&mine, None, false));
+        }
         released
     }
 

@@ -637,6 +637,13 @@ fn a_released_holders_key_is_not_ahead_in_line() {
     assert!(c
         .kv_put("semghost/.lock", br#"{"Limit":1,"Holders":{}}"#, lock)
         .unwrap());
+    // `status` does not count it as waiting either.
+    let out = conlock(&server)
+        .args(["status", "--prefix", "semghost", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["waiting"], 0, "{json}");
     let ev = scratch("semghost").join("events.jsonl");
     conlock(&server)
         .args(["sem", "--limit", "1", "--prefix", "semghost", "--events"])
@@ -659,4 +666,114 @@ fn a_released_holders_key_is_not_ahead_in_line() {
         .map(|p| p.key)
         .collect();
     assert_eq!(left, [key]);
+}
+
+/// A release that meets an election (5xx for 4 s) spends the cleanup budget, so the
+/// session's destroy is skipped: the release itself deletes the contender key then,
+/// retried as the rest of it is, instead of leaving it (unlisted, rewritten) to the
+/// session's TTL, where an older conlock's waiter counts it ahead of it in line.
+#[test]
+fn a_release_through_an_election_deletes_its_contender_key() {
+    let server = start_server();
+    let dir = scratch("sem-elect");
+    let go = dir.join("go");
+    let mut kid = conlock(&server)
+        .args([
+            "sem",
+            "--limit",
+            "1",
+            "--prefix",
+            "sem-elect",
+            "--ttl",
+            "60s",
+            "--",
+        ])
+        .args(["sh", "-c", &until_exists(&go)])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Holding: the command's monitor and the slot's watch are in.
+    assert!(wait_for(LONG, || server.blocking_count() >= 2));
+    server.fault(
+        conlock::devserver::FaultMode::Error,
+        Duration::from_millis(4000),
+    );
+    std::fs::write(&go, "").unwrap();
+    let st = wait_exit(&mut kid, LONG);
+    let mut err = String::new();
+    std::io::Read::read_to_string(kid.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(st.success(), "{err}");
+    let left: Vec<String> = client(&server)
+        .kv_list("sem-elect", QueryOptions::default())
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|p| p.key)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{err}");
+}
+
+/// A waiter whose contender key's creation landed but whose answer was lost does not
+/// write it again (it reads it first): a second write would make its key look rewritten,
+/// a departed holder's, and the waiters behind it would pass it in line.
+#[test]
+fn a_contender_key_whose_answer_was_lost_is_not_written_twice() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let server = start_server();
+    let c = client(&server);
+    let dir = scratch("sem-lost-answer");
+    let go = dir.join("go");
+    let mut h = KillOnDrop(
+        conlock(&server)
+            .args(["sem", "--limit", "1", "--prefix", "semlost", "--"])
+            .args(["sh", "-c", &until_exists(&go)])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(LONG, || server.blocking_count() >= 2));
+    let muted = Arc::new(AtomicUsize::new(0));
+    let m2 = muted.clone();
+    let proxy = fault_proxy(server.addr().to_string(), move |req| {
+        if bytes_contain(req, b"PUT /v1/kv/semlost/")
+            && bytes_contain(req, b"acquire=")
+            && m2.fetch_add(1, Ordering::SeqCst) == 0
+        {
+            return Fault::MuteAnswers;
+        }
+        Fault::Forward
+    });
+    let addr = proxy.trim_start_matches("http://").parse().unwrap();
+    let mut w = KillOnDrop(
+        conlock_at(addr)
+            .args(["sem", "--limit", "1", "--prefix", "semlost", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Waiting: its key is in, and its watch after the retried creation.
+    assert!(wait_for(LONG, || muted.load(Ordering::SeqCst) >= 1
+        && server.blocking_count() >= 3));
+    let keys = c.kv_list("semlost/", QueryOptions::default()).unwrap().0;
+    let waiter: Vec<_> = keys
+        .iter()
+        .filter(|p| !p.key.ends_with("/.lock"))
+        .max_by_key(|p| p.create_index)
+        .into_iter()
+        .collect();
+    assert_eq!(waiter.len(), 1, "{keys:?}");
+    let shown: Vec<_> = keys
+        .iter()
+        .map(|p| (&p.key, p.create_index, p.modify_index))
+        .collect();
+    assert_eq!(
+        waiter[0].modify_index, waiter[0].create_index,
+        "the waiter's key was written twice: {shown:?}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut h.0, LONG).success());
+    let st = wait_exit(&mut w.0, LONG);
+    let mut err = String::new();
+    std::io::Read::read_to_string(w.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(st.success(), "{err}");
 }
