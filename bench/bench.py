@@ -1703,7 +1703,11 @@ SPEC = [
     ("4 lock-delay used", "4_failover", "lock_delay_s", "s", None, None),
     ("4 session TTL used", "4_failover", "ttl_s", "s", None, None),
     ("5 semaphore wall / ideal", "5_semaphore", "ratio", "x", Max(1.05), Max(1.05)),
-    ("5 semaphore requests per job", "5_semaphore", "requests_per_job", "", Max(12), None),
+    # Dev-server request targets of rows 5 and 9 at what exact flags cost (issue 30: no
+    # Flags in /v1/txn before Consul 1.7, so a slot is a contender write, a list, a
+    # check-and-set, a rewrite and a list; a waiter renews after its read-back); they
+    # were 12 and 5 with the one-transaction writes. docs/benchmarks.md, 2026-11-28.
+    ("5 semaphore requests per job", "5_semaphore", "requests_per_job", "", Max(15), None),
     ("5 semaphore max concurrent", "5_semaphore", "max_concurrent", "", Max(4), Max(4)),
     ("5 until the first 4 jobs ran", "5_semaphore", "ramp_ms", "ms", None, None),
     ("5 freed slot to next start, p50", "5_semaphore", "slot_gap_ms_p50", "ms", None, None),
@@ -1715,7 +1719,7 @@ SPEC = [
     ("7 all woken after", "7_devserver_wakeup", "all_woken_ms", "ms", Max(1000), None),
     ("7 dev server peak RSS", "7_devserver_wakeup", "server_peak_rss_mib", "MiB", None, None),
     ("8 release binary size", "8_binary", "size_mb", "MB", Max(5), Max(5)),
-    ("9 waiter reqs, 15 s lock-delay", "9_lock_delay", "requests_until_child_started", "", Max(5), Max(10)),
+    ("9 waiter reqs, 15 s lock-delay", "9_lock_delay", "requests_until_child_started", "", Max(6), Max(10)),
     ("9 of them before the delay ended", "9_lock_delay", "requests_during_delay", "", None, None),
     ("9 start after lock-delay p50", "9_lock_delay", "late_ms_p50", "ms", Max(100), Max(200)),
     ("9 start after lock-delay max", "9_lock_delay", "late_ms_max", "ms", Max(100), Max(200)),
