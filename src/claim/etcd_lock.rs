@@ -821,15 +821,27 @@ impl Claim for EtcdLock {
             let sent = BootInstant::now();
             // Its nested take may land unanswered: a waiter that gives up takes it back.
             self.maybe_took.store(true, Ordering::SeqCst);
-            let (my_rev, took, first_at) =
-                match while_waiting(self.enqueue(c, &sid, lease, &mine), deadline)? {
-                    Waited::Got(r) => r,
-                    Waited::Retry => continue,
-                    Waited::Busy => {
-                        take_back(&self.maybe_took, store, |s| self.release(s, &sid));
+            let enqueued = match self.enqueue(c, &sid, lease, &mine) {
+                // etcd refused the whole txn (nothing landed): the lease died before it.
+                Err(e @ EtcdError::LeaseNotFound { .. }) => {
+                    self.maybe_took.store(false, Ordering::SeqCst);
+                    ui::notice(format_args!("{e}; queueing with a new lease"));
+                    session.gone(format!("lease {sid} is gone"));
+                    if !claim::replace_session(session, deadline)? {
                         return Ok(None);
                     }
-                };
+                    continue;
+                }
+                r => r,
+            };
+            let (my_rev, took, first_at) = match while_waiting(enqueued, deadline)? {
+                Waited::Got(r) => r,
+                Waited::Retry => continue,
+                Waited::Busy => {
+                    take_back(&self.maybe_took, store, |s| self.release(s, &sid));
+                    return Ok(None);
+                }
+            };
             self.maybe_took.store(took, Ordering::SeqCst);
             if took {
                 // Uncontended: the txn that created our key (at `my_rev`, its revision)

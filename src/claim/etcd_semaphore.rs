@@ -205,7 +205,16 @@ impl EtcdSemaphore {
                 }),
             ],
         };
-        let r = match while_waiting(c.txn(&req), deadline)? {
+        let r = match c.txn(&req) {
+            // etcd refused the whole txn (nothing landed): the lease died before it; as
+            // a key gone (0), so the caller queues again with a new lease.
+            Err(e @ EtcdError::LeaseNotFound { .. }) => {
+                ui::notice(format_args!("{e}; queueing with a new lease"));
+                return Ok(Waited::Got((0, None)));
+            }
+            r => r,
+        };
+        let r = match while_waiting(r, deadline)? {
             Waited::Got(r) => r,
             Waited::Retry => return Ok(Waited::Retry),
             Waited::Busy => return Ok(Waited::Busy),

@@ -207,7 +207,19 @@ impl EtcdClient {
             Some(c) => format!("transaction on {}", show_key(&c.key)),
             None => "transaction".to_string(),
         };
-        self.call("/v3/kv/txn", req, &what)
+        // A put on a lease that is gone fails the whole txn ("requested lease not found").
+        let lease = [&req.success, &req.failure]
+            .into_iter()
+            .flatten()
+            .find_map(|op| match op {
+                RequestOp::Put(p) if p.lease != 0 => Some(p.lease),
+                _ => None,
+            });
+        let r = self.call("/v3/kv/txn", req, &what);
+        match lease {
+            Some(lease) => r.map_err(|e| self.lease_error(e, lease)),
+            None => r,
+        }
     }
 
     /// A new lease; the answer's TTL is the granted one (at least etcd's minimum).

@@ -7,6 +7,7 @@ pub mod grpc {
     pub const PERMISSION_DENIED: i32 = 7;
     pub const FAILED_PRECONDITION: i32 = 9;
     pub const OUT_OF_RANGE: i32 = 11;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
     pub const UNAVAILABLE: i32 = 14;
     pub const UNAUTHENTICATED: i32 = 16;
 }
@@ -79,7 +80,13 @@ impl EtcdError {
                 grpc_code,
                 http_status,
                 ..
-            } => *grpc_code == grpc::UNAVAILABLE || *http_status == 503,
+            } => {
+                // Also "too many requests" (its apply backlog is full): ask again later.
+                *grpc_code == grpc::UNAVAILABLE
+                    || *grpc_code == grpc::RESOURCE_EXHAUSTED
+                    || *http_status == 503
+                    || *http_status == 429
+            }
             _ => false,
         }
     }
@@ -122,5 +129,28 @@ pub(crate) fn excerpt(body: &[u8]) -> String {
     match one_line.char_indices().nth(EXCERPT) {
         Some((cut, _)) => format!("{}…", &one_line[..cut]),
         None => one_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(http_status: u16, grpc_code: i32, message: &str) -> EtcdError {
+        EtcdError::Status {
+            what: "transaction".into(),
+            endpoint: "http://127.0.0.1:2379".into(),
+            http_status,
+            grpc_code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn too_many_requests_is_asked_again_and_a_refusal_is_not() {
+        assert!(status(429, 8, "etcdserver: too many requests").is_retryable());
+        assert!(status(503, 14, "etcdserver: no leader").is_retryable());
+        assert!(!status(400, 3, "etcdserver: key is not provided").is_retryable());
+        assert!(!status(404, 5, "etcdserver: requested lease not found").is_retryable());
     }
 }

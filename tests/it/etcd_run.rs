@@ -1948,3 +1948,35 @@ fn review2_a_waiter_replacing_its_lease_in_an_election_keeps_its_timeout() {
     std::fs::write(&go, "").unwrap();
     assert!(wait_exit(&mut a.0, LONG).success());
 }
+
+/// An operator revokes a waiter's lease right before its first txn (the enqueue)
+/// reaches etcd. etcd refuses the whole txn ("requested lease not found"): conlock should
+/// queue again with a new lease (as after any lease lost while waiting), not exit 125.
+#[test]
+fn a_lease_revoked_before_the_enqueue_lands_queues_again() {
+    let Some(etcd) = Etcd::start("rev4", &EtcdOptions::default()) else {
+        return;
+    };
+    let name = unique_name("rev4-enqueue");
+    let ep = etcd.endpoint();
+    let direct = etcd.client(T);
+    let upstream = ep.trim_start_matches("http://").to_string();
+    let proxy = proxy_with_hook(upstream, b"/v3/kv/txn", move || {
+        let (status, body) =
+            crate::etcd_harness::post(&ep, "/v3/lease/leases", "{}", T).expect("leases");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for l in v["leases"].as_array().unwrap() {
+            let id: i64 = l["ID"].as_str().unwrap().parse().unwrap();
+            direct.lease_revoke(id).unwrap();
+        }
+    });
+    let out = conlock_etcd_at(&proxy)
+        .args(["run", "--key", &name, "--timeout", "20s", "-v"])
+        .args(with_timings(&[]))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
