@@ -822,3 +822,34 @@ pub fn assert_runs_without_a_cushion(next: &mut Command) {
         started.elapsed()
     );
 }
+
+/// Runs conlock (`args`, `--timeout 20s -v`, the fast timings, `-- true`) on a member of
+/// its own, through a proxy that revokes every lease right before the first txn reaches
+/// the member: the lease dies before conlock's first write lands.
+pub fn leases_revoked_before_the_first_txn(
+    tag: &str,
+    args: &[&str],
+) -> Option<std::process::Output> {
+    let etcd = Etcd::start(tag, &EtcdOptions::default())?;
+    let ep = etcd.endpoint();
+    let direct = etcd.client(Duration::from_secs(5));
+    let upstream = ep.trim_start_matches("http://").to_string();
+    let proxy = proxy_with_hook(upstream, b"/v3/kv/txn", move || {
+        let (status, body) =
+            post(&ep, "/v3/lease/leases", "{}", Duration::from_secs(5)).expect("leases");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for l in v["leases"].as_array().unwrap() {
+            let id: i64 = l["ID"].as_str().unwrap().parse().unwrap();
+            direct.lease_revoke(id).unwrap();
+        }
+    });
+    let out = conlock_etcd_at(&proxy)
+        .args(args)
+        .args(["--timeout", "20s", "-v"])
+        .args(with_timings(&[]))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    Some(out)
+}

@@ -1755,84 +1755,33 @@ fn a_release_that_never_landed_after_a_revoke_is_not_counted_as_released() {
     assert!(err.contains("could not release"), "{err}");
 }
 
-/// A waiter whose lease is revoked while it waits, and whose member then hangs every
-/// lease grant and revoke, gives up at its --timeout (exit 75): neither the 1s for the
-/// old lease's revoke, nor the grant, nor a revoke of the gone lease at the exit holds
-/// it later (before: about --timeout + 5s, the grant's 2s answer grace and the 3s
-/// cleanup budget).
-#[test]
-fn a_waiter_whose_lost_lease_cannot_be_replaced_gives_up_at_its_timeout() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::Arc;
-    const TIMEOUT: Duration = Duration::from_secs(5);
-    let Some(etcd) = Etcd::shared() else { return };
-    let c = etcd.client(T);
-    let name = unique_name("regrant-hang");
-    let dir = scratch("etcd-regrant-hang");
-    let go = dir.join("go");
-    let mut a = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
-    wait_keys(&c, &name, 1);
-    let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
-    let hang = Arc::new(AtomicBool::new(false));
-    let hung_grants = Arc::new(AtomicUsize::new(0));
-    let (h2, n2) = (hang.clone(), hung_grants.clone());
-    let proxy = fault_proxy(upstream, move |req| {
-        let grant = bytes_contain(req, b"/v3/lease/grant");
-        if !h2.load(Ordering::SeqCst) || !(grant || bytes_contain(req, b"/v3/lease/revoke")) {
-            return Fault::Forward;
-        }
-        if grant {
-            n2.fetch_add(1, Ordering::SeqCst);
-        }
-        Fault::Hang
-    });
-    let started = Instant::now();
-    let timeout = format!("{}s", TIMEOUT.as_secs());
-    let mut b = KillOnDrop(run_lock_at(&proxy, &name, &["--timeout", &timeout], "true"));
-    wait_keys(&c, &name, 2);
-    let b_lease = keys_under(&c, &format!("{name}/"))
-        .into_iter()
-        .max_by_key(|kv| kv.create_revision)
-        .unwrap()
-        .lease;
-    hang.store(true, Ordering::SeqCst);
-    c.lease_revoke(b_lease).unwrap();
-    let st = wait_exit(&mut b.0, LONG);
-    let took = started.elapsed();
-    let mut berr = String::new();
-    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
-    assert_eq!(st.code(), Some(75), "B: {berr}");
-    assert!(
-        hung_grants.load(Ordering::SeqCst) >= 1,
-        "no grant of B met the hang before --timeout, the test shows nothing: {berr}"
-    );
-    // From the spawn: the start-up before the wait, and the exit, within 3s.
-    assert!(
-        took < TIMEOUT + Duration::from_secs(3),
-        "B gave up {took:?} after it started, with --timeout {timeout}: {berr}"
-    );
-    assert!(
-        berr.contains("to lease grant") && berr.contains("not retrying: --timeout has passed"),
-        "B: {berr}"
-    );
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_exit(&mut a.0, LONG).success());
+/// What became of waiter B in `regrant_hangs`.
+struct Regrant {
+    status: std::process::ExitStatus,
+    err: String,
+    /// B's first key (and so its first lease).
+    key: KeyValue,
+    grants: usize,
+    revokes: usize,
+    /// From B's spawn to its exit.
+    took: Duration,
 }
 
-/// A waiter whose key someone deleted (its lease still alive) replaces its lease; the
-/// member hangs the old lease's revoke once and every grant, so it gives up at
-/// --timeout. The lease it gave up on was never said gone: the exit revokes it (one
-/// more short try), instead of leaving it to its TTL with whatever it held.
-#[test]
-fn a_waiter_that_gives_up_on_a_live_lease_still_revokes_it() {
+/// A holds `NAME`; B waits behind it with `--timeout` through a proxy which, once `end`
+/// has ended B's key (a revoke of its lease, or a delete), hangs every lease grant and
+/// the first `hung_revokes` lease revokes, so B cannot replace its lease.
+fn regrant_hangs(
+    tag: &str,
+    timeout: Duration,
+    hung_revokes: usize,
+    end: impl FnOnce(&EtcdClient, &KeyValue),
+) -> Option<Regrant> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
-    const TIMEOUT: Duration = Duration::from_secs(6);
-    let Some(etcd) = Etcd::shared() else { return };
+    let etcd = Etcd::shared()?;
     let c = etcd.client(T);
-    let name = unique_name("regrant-live");
-    let dir = scratch("etcd-regrant-live");
-    let go = dir.join("go");
+    let name = unique_name(tag);
+    let go = scratch(&format!("etcd-{tag}")).join("go");
     let mut a = KillOnDrop(run_lock(etcd, &name, &[], &until_exists(&go)));
     wait_keys(&c, &name, 1);
     let upstream = etcd.endpoint().trim_start_matches("http://").to_string();
@@ -1847,37 +1796,99 @@ fn a_waiter_that_gives_up_on_a_live_lease_still_revokes_it() {
             g2.fetch_add(1, Ordering::SeqCst);
             return Fault::Hang;
         }
-        if bytes_contain(req, b"/v3/lease/revoke") && r2.fetch_add(1, Ordering::SeqCst) == 0 {
+        if bytes_contain(req, b"/v3/lease/revoke")
+            && r2.fetch_add(1, Ordering::SeqCst) < hung_revokes
+        {
             return Fault::Hang;
         }
         Fault::Forward
     });
-    let timeout = format!("{}s", TIMEOUT.as_secs());
+    let started = Instant::now();
+    let timeout = format!("{}s", timeout.as_secs());
     let mut b = KillOnDrop(run_lock_at(&proxy, &name, &["--timeout", &timeout], "true"));
     wait_keys(&c, &name, 2);
-    let b_key = keys_under(&c, &format!("{name}/"))
+    let key = keys_under(&c, &format!("{name}/"))
         .into_iter()
         .max_by_key(|kv| kv.create_revision)
         .unwrap();
     hang.store(true, Ordering::SeqCst);
-    c.delete_range(&DeleteRangeRequest::key(b_key.key.clone()))
-        .unwrap();
-    let st = wait_exit(&mut b.0, LONG);
-    let mut berr = String::new();
-    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut berr).unwrap();
-    assert_eq!(st.code(), Some(75), "B: {berr}");
-    assert!(
-        grants.load(Ordering::SeqCst) >= 1 && revokes.load(Ordering::SeqCst) >= 1,
-        "B's replacement never met the hang, the test shows nothing: {berr}"
-    );
-    assert_eq!(
-        c.lease_time_to_live(b_key.lease, false).unwrap().ttl,
-        -1,
-        "B's lease {:x} outlived B: {berr}",
-        b_key.lease
-    );
+    end(&c, &key);
+    let status = wait_exit(&mut b.0, LONG);
+    let took = started.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut err).unwrap();
     std::fs::write(&go, "").unwrap();
     assert!(wait_exit(&mut a.0, LONG).success());
+    let (grants, revokes) = (
+        grants.load(Ordering::SeqCst),
+        revokes.load(Ordering::SeqCst),
+    );
+    Some(Regrant {
+        status,
+        err,
+        key,
+        grants,
+        revokes,
+        took,
+    })
+}
+
+/// A waiter whose lease is revoked while it waits, and whose member then hangs every
+/// lease grant and revoke, gives up at its --timeout (exit 75): neither the 1s for the
+/// old lease's revoke, nor the grant, nor a revoke of the gone lease at the exit holds
+/// it later (before: about --timeout + 5s, the grant's 2s answer grace and the 3s
+/// cleanup budget).
+#[test]
+fn a_waiter_whose_lost_lease_cannot_be_replaced_gives_up_at_its_timeout() {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let Some(b) = regrant_hangs("regrant-hang", TIMEOUT, usize::MAX, |c, key| {
+        c.lease_revoke(key.lease).unwrap();
+    }) else {
+        return;
+    };
+    let berr = &b.err;
+    assert_eq!(b.status.code(), Some(75), "B: {berr}");
+    assert!(
+        b.grants >= 1,
+        "no grant of B met the hang before --timeout, the test shows nothing: {berr}"
+    );
+    // From the spawn: the start-up before the wait, and the exit, within 3s.
+    assert!(
+        b.took < TIMEOUT + Duration::from_secs(3),
+        "B gave up {:?} after it started, with --timeout {TIMEOUT:?}: {berr}",
+        b.took
+    );
+    assert!(
+        berr.contains("to lease grant") && berr.contains("not retrying: --timeout has passed"),
+        "B: {berr}"
+    );
+}
+
+/// A waiter whose key someone deleted (its lease still alive) replaces its lease; the
+/// member hangs the old lease's revoke once and every grant, so it gives up at
+/// --timeout. The lease it gave up on was never said gone: the exit revokes it (one
+/// more short try), instead of leaving it to its TTL with whatever it held.
+#[test]
+fn a_waiter_that_gives_up_on_a_live_lease_still_revokes_it() {
+    let Some(b) = regrant_hangs("regrant-live", Duration::from_secs(6), 1, |c, key| {
+        c.delete_range(&DeleteRangeRequest::key(key.key.clone()))
+            .unwrap();
+    }) else {
+        return;
+    };
+    let berr = &b.err;
+    assert_eq!(b.status.code(), Some(75), "B: {berr}");
+    assert!(
+        b.grants >= 1 && b.revokes >= 1,
+        "B's replacement never met the hang, the test shows nothing: {berr}"
+    );
+    let c = Etcd::shared().unwrap().client(T);
+    assert_eq!(
+        c.lease_time_to_live(b.key.lease, false).unwrap().ttl,
+        -1,
+        "B's lease {:x} outlived B: {berr}",
+        b.key.lease
+    );
 }
 
 /// `--timeout` bounds the wait, requests included. A waiter whose key is gone replaces
@@ -1954,29 +1965,13 @@ fn review2_a_waiter_replacing_its_lease_in_an_election_keeps_its_timeout() {
 /// queue again with a new lease (as after any lease lost while waiting), not exit 125.
 #[test]
 fn a_lease_revoked_before_the_enqueue_lands_queues_again() {
-    let Some(etcd) = Etcd::start("rev4", &EtcdOptions::default()) else {
+    let name = unique_name("rev4-enqueue");
+    let Some(out) =
+        crate::etcd_harness::leases_revoked_before_the_first_txn("rev4", &["run", "--key", &name])
+    else {
         return;
     };
-    let name = unique_name("rev4-enqueue");
-    let ep = etcd.endpoint();
-    let direct = etcd.client(T);
-    let upstream = ep.trim_start_matches("http://").to_string();
-    let proxy = proxy_with_hook(upstream, b"/v3/kv/txn", move || {
-        let (status, body) =
-            crate::etcd_harness::post(&ep, "/v3/lease/leases", "{}", T).expect("leases");
-        assert_eq!(status, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        for l in v["leases"].as_array().unwrap() {
-            let id: i64 = l["ID"].as_str().unwrap().parse().unwrap();
-            direct.lease_revoke(id).unwrap();
-        }
-    });
-    let out = conlock_etcd_at(&proxy)
-        .args(["run", "--key", &name, "--timeout", "20s", "-v"])
-        .args(with_timings(&[]))
-        .args(["--", "true"])
-        .output()
-        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("queueing with a new lease"), "{err}");
 }
