@@ -36,7 +36,12 @@ pub fn unique_name(what: &str) -> String {
 
 /// `conlock sem --prefix P --limit N FAST... -- sh -c CMD`, started.
 pub fn run_sem(etcd: &Etcd, prefix: &str, limit: u32, extra: &[&str], cmd: &str) -> Child {
-    conlock_etcd(etcd)
+    run_sem_at(&etcd.endpoint(), prefix, limit, extra, cmd)
+}
+
+/// [`run_sem`] through `endpoints` (a proxy).
+pub fn run_sem_at(endpoints: &str, prefix: &str, limit: u32, extra: &[&str], cmd: &str) -> Child {
+    crate::etcd_harness::conlock_etcd_at(endpoints)
         .args(["sem", "--prefix", prefix, "--limit", &limit.to_string()])
         .args(with_timings(extra))
         .args(["--", "sh", "-c", cmd])
@@ -590,16 +595,13 @@ fn a_release_during_an_election_is_retried_and_the_next_holder_starts_at_once() 
     let dir = scratch("etcd-sem-release-election");
     let (log, go) = (dir.join("log"), dir.join("go"));
     let timings = ["--ttl", "10s", "--lock-delay", "10s"];
-    let mut a = KillOnDrop(
-        conlock_etcd(etcd)
-            .env("ETCDCTL_ENDPOINTS", &proxy)
-            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
-            .args(with_timings(&timings))
-            .args(["--", "sh", "-c", &heartbeat_job(&log, &go)])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut a = KillOnDrop(run_sem_at(
+        &proxy,
+        &prefix,
+        1,
+        &[&timings[..], &["-v"]].concat(),
+        &heartbeat_job(&log, &go),
+    ));
     assert!(wait_for(LONG, || read(&log).contains("A ")));
     let mut b = KillOnDrop(run_sem(
         etcd,
@@ -675,16 +677,13 @@ fn a_waiter_whose_watch_is_silent_looks_again_within_seconds() {
     let (log, go) = (dir.join("log"), dir.join("go"));
     let mut a = KillOnDrop(run_sem(etcd, &prefix, 1, &[], &heartbeat_job(&log, &go)));
     assert!(wait_for(LONG, || read(&log).contains("A ")));
-    let mut b = KillOnDrop(
-        conlock_etcd(etcd)
-            .env("ETCDCTL_ENDPOINTS", &proxy)
-            .args(["sem", "--prefix", &prefix, "--limit", "1", "-v"])
-            .args(with_timings(&[]))
-            .args(["--", "sh", "-c", &logged_job(&log, "true")])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut b = KillOnDrop(run_sem_at(
+        &proxy,
+        &prefix,
+        1,
+        &["-v"],
+        &logged_job(&log, "true"),
+    ));
     wait_keys(&c, &prefix, 2);
     std::fs::write(&go, "").unwrap();
     assert_eq!(wait_exit(&mut a.0, LONG).code(), Some(0));
@@ -865,16 +864,13 @@ fn a_far_back_waiter_behind_a_nested_semaphores_key_starts_promptly() {
     ));
     wait_keys(&c, &prefix, 4);
     // Fifth: 4 keys ahead (2 * limit); the key 2 places ahead is the nested holder's.
-    let w = KillOnDrop(
-        conlock_etcd(etcd)
-            .env("ETCDCTL_ENDPOINTS", &proxy)
-            .args(["sem", "--prefix", &prefix, "--limit", "2", "-v"])
-            .args(with_timings(&[]))
-            .args(["--", "sh", "-c", &logged_job(&log, "true")])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let w = KillOnDrop(run_sem_at(
+        &proxy,
+        &prefix,
+        2,
+        &["-v"],
+        &logged_job(&log, "true"),
+    ));
     wait_keys(&c, &prefix, 5);
     assert!(
         wait_for(LONG, || *watches.lock().unwrap() >= 1),
